@@ -1,0 +1,113 @@
+"""The errors feedq raises, named as TensorFlow 1.x names them.
+
+TF1 code ports unchanged: ``except feedq.errors.OutOfRangeError`` works as
+``except tf.errors.OutOfRangeError`` did. Where a Python built-in means the
+same thing, the feedq class derives from it too, so plain Python code can
+catch the built-in::
+
+    FeedqError                         base of every pipeline error
+    ├── OutOfRangeError                end of data: closed and drained queue,
+    │                                  producer past its last epoch
+    ├── CancelledError                 operation on a closed queue, or woken by
+    │                                  close(cancel_pending_enqueues=True) /
+    │                                  a coordinator stop
+    ├── DeadlineExceededError          (also TimeoutError) a timeout expired
+    ├── InvalidArgumentError           (also ValueError) an argument or
+    │                                  element that does not fit
+    ├── NotFoundError                  (also FileNotFoundError) missing file
+    ├── DataLossError                  corrupt or truncated record
+    ├── UnavailableError               a remote task cannot be reached
+    ├── AbortedError                   an operation aborted by a concurrent one
+    ├── FailedPreconditionError        the object is not in a state to do this
+    └── UnimplementedError             (also NotImplementedError)
+
+Plain ``ValueError`` / ``TypeError`` are raised for misuse that TF1 reported at
+graph-construction time (bad constructor arguments, lossy dtype conversion).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AbortedError",
+    "CancelledError",
+    "DataLossError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "FeedqError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "OutOfRangeError",
+    "UnavailableError",
+    "UnimplementedError",
+]
+
+
+class FeedqError(Exception):
+    """Base class of every error raised by a pipeline operation.
+
+    The message is also available as ``.message`` (TF1's ``OpError.message``).
+    """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class OutOfRangeError(FeedqError):
+    """End of data.
+
+    Raised by a dequeue on a closed queue that holds fewer elements than
+    requested, by a reader whose filename queue is closed and empty, and by a
+    producer that has run past ``num_epochs``. Not raised for a timeout
+    (:class:`DeadlineExceededError`) or a cancelled call (:class:`CancelledError`).
+    """
+
+
+class CancelledError(FeedqError):
+    """The operation was cancelled.
+
+    Raised by an enqueue on a closed queue, by enqueues pending when a queue
+    is closed with ``cancel_pending_enqueues=True``, and by every blocking call
+    woken by a coordinator stop or a pipeline shutdown.
+    """
+
+
+class DeadlineExceededError(FeedqError, TimeoutError):
+    """A blocking call did not complete within its ``timeout``.
+
+    The call had no effect: nothing was inserted or removed (a partial
+    ``dequeue_many`` puts what it had collected back, in order).
+    """
+
+
+class InvalidArgumentError(FeedqError, ValueError):
+    """An element or argument does not fit what the object declares.
+
+    For example a shape mismatch, a component count mismatch, a negative
+    ``n``, or re-opening a shared queue with a different capacity.
+    """
+
+
+class NotFoundError(FeedqError, FileNotFoundError):
+    """A file (or a named resource) does not exist."""
+
+
+class DataLossError(FeedqError):
+    """Unrecoverable data corruption: a bad checksum, a truncated record, a
+    file shorter than its header. The message names the file and offset."""
+
+
+class UnavailableError(FeedqError):
+    """A remote task (a cluster server) cannot be reached or has died."""
+
+
+class AbortedError(FeedqError):
+    """The operation was aborted, typically by a concurrent conflicting one."""
+
+
+class FailedPreconditionError(FeedqError):
+    """The object is not in a state that allows the operation."""
+
+
+class UnimplementedError(FeedqError, NotImplementedError):
+    """The operation is not supported by this object."""

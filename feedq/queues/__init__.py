@@ -1,0 +1,24 @@
+"""Queues: FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue, PriorityQueue.
+
+See ``docs/queue-api.md`` for the contract and ``../shared/spec`` rules
+Q1–Q43 and T1–T4 for the behaviour they follow.
+"""
+
+from __future__ import annotations
+
+from ._base import QueueBase, QueueState, QueueStatistics, reset_shared_queues
+from ._kinds import FIFOQueue, PaddingFIFOQueue, PriorityQueue, RandomShuffleQueue
+from ._spec import STRING, as_dtype
+
+__all__ = [
+    "STRING",
+    "FIFOQueue",
+    "PaddingFIFOQueue",
+    "PriorityQueue",
+    "QueueBase",
+    "QueueState",
+    "QueueStatistics",
+    "RandomShuffleQueue",
+    "as_dtype",
+    "reset_shared_queues",
+]

@@ -1,0 +1,404 @@
+"""The four queue kinds. Each differs from the others only in its storage
+hooks (see :mod:`feedq.queues._base`)."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ._base import QueueBase, QueueState
+from ._spec import STRING, Component, normalize_dtypes, normalize_shapes
+
+__all__ = ["FIFOQueue", "PaddingFIFOQueue", "PriorityQueue", "RandomShuffleQueue"]
+
+
+def _clear(buf: np.ndarray[Any, Any], index: Any) -> None:
+    """Drop references held by an object column (a queue keeps no reference
+    to an element it handed out)."""
+    if buf.dtype == object:
+        buf[index] = None
+
+
+class FIFOQueue(QueueBase):
+    """A first-in first-out queue (spec Q1–Q28, T1–T4).
+
+    Fixed-shape components live in preallocated columnar ring buffers, so
+    ``enqueue_many`` / ``dequeue_many`` are at most two slice copies per
+    component. Storage grows by doubling up to ``capacity`` (or without
+    bound when ``capacity < 0``, Q5).
+
+    Example::
+
+        q = FIFOQueue(100, [np.float32, np.int64], shapes=[[32], []])
+        q.enqueue_many([np.zeros((8, 32), np.float32), np.arange(8)])
+        x, y = q.dequeue_many(4)        # x.shape == (4, 32)
+        q.close()
+
+    Args:
+        capacity: maximum number of stored elements; negative = unbounded.
+        dtypes: one dtype or a list, one per component (Q1).
+        shapes: one fully defined shape per component, or None (Q2, Q6).
+        names: component names; elements are then dicts (Q3).
+        shared_name: queues built with the same shared_name in one process
+            are the same queue; a mismatched re-open is an
+            InvalidArgumentError (Q7).
+        name: used in messages; a unique default otherwise.
+    """
+
+    _kind = "FIFOQueue"
+    _default_name = "fifo_queue"
+
+    def __init__(
+        self,
+        capacity: int,
+        dtypes: Any,
+        shapes: Any = None,
+        names: Any = None,
+        shared_name: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(capacity, dtypes, shapes, names, shared_name, name)
+
+    def _init_storage(self) -> None:
+        self._head = 0  # guarded by self._mutex: ring index of the oldest element
+
+    def _grow(self, alloc: int) -> None:
+        new = [self._new_column(c, alloc) for c in self._components]
+        if self._size:
+            for dst, src in zip(new, self._cols):
+                self._copy_out(src, self._head, self._size, dst)
+        self._cols = new
+        self._alloc = alloc
+        self._head = 0
+
+    def _copy_out(self, buf: np.ndarray[Any, Any], start: int, k: int, dst: np.ndarray[Any, Any]) -> None:
+        first = min(k, self._alloc - start)
+        dst[:first] = buf[start : start + first]
+        if k > first:
+            dst[first:k] = buf[: k - first]
+
+    def _write(self, pos: int, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        first = min(k, self._alloc - pos)
+        for buf, src in zip(self._cols, cols):
+            buf[pos : pos + first] = src[start : start + first]
+            if k > first:
+                buf[: k - first] = src[start + first : start + k]
+
+    def _available(self) -> int:
+        return self._size
+
+    def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        self._write((self._head + self._size) % self._alloc, cols, start, k)
+
+    def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
+        head, alloc = self._head, self._alloc
+        first = min(k, alloc - head)
+        result = []
+        for i, buf in enumerate(self._cols):
+            if outs is not None:
+                self._copy_out(buf, head, k, outs[i][offset : offset + k])
+            elif k == first:
+                result.append(buf[head : head + k].copy())
+            else:
+                result.append(np.concatenate((buf[head:alloc], buf[: k - first])))
+            if buf.dtype == object:
+                buf[head : head + first] = None
+                if k > first:
+                    buf[: k - first] = None
+        self._head = (head + k) % alloc
+        return result
+
+    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
+        k = chunk[0].shape[0]
+        self._head = (self._head - k) % self._alloc
+        self._write(self._head, chunk, 0, k)
+
+
+class PaddingFIFOQueue(FIFOQueue):
+    """A FIFOQueue whose components may have unknown dimensions (Q34–Q38).
+
+    ``shapes`` is required: one shape of known rank per component, with
+    ``None`` for dimensions that vary. ``dequeue`` returns an element with its
+    own shape (Q36); ``dequeue_many`` / ``dequeue_up_to`` pad every ``None``
+    dimension at the end to the largest size in the batch (Q37) with 0,
+    ``b""`` or False — or with ``padding_values`` (one scalar per component),
+    a feedq addition.
+    """
+
+    _kind = "PaddingFIFOQueue"
+    _default_name = "padding_fifo_queue"
+    _partial_shapes = True
+
+    def __init__(
+        self,
+        capacity: int,
+        dtypes: Any,
+        shapes: Any,
+        names: Any = None,
+        shared_name: str | None = None,
+        name: str | None = None,
+        padding_values: Any = None,
+    ) -> None:
+        QueueBase.__init__(
+            self, capacity, dtypes, shapes, names, shared_name, name, padding_values=padding_values
+        )
+
+    def _validate_storage_args(
+        self, capacity: int, components: list[Component], args: dict[str, Any]
+    ) -> None:
+        values = args.pop("padding_values")
+        if values is None:
+            pads = [b"" if c.dtype is STRING else c.dtype.type(0) for c in components]
+        else:
+            if not isinstance(values, (list, tuple)):
+                values = [values]
+            if len(values) != len(components):
+                raise ValueError(
+                    f"padding_values must have one value per component: {len(values)} != {len(components)}"
+                )
+            pads = [
+                Component(c.index, c.dtype, ()).convert_one(v, f"{self._kind} padding value {c.index}")[()]
+                for c, v in zip(components, values)
+            ]
+        args["padding_values"] = tuple(pads)
+        super()._validate_storage_args(capacity, components, {})
+
+    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        assert comp.shape is not None
+        rows = [r for part in parts for r in part]
+        dims = [
+            d if d is not None else max((r.shape[j] for r in rows), default=0)
+            for j, d in enumerate(comp.shape)
+        ]
+        fill = self._storage_args["padding_values"][comp.index]
+        out = np.full((len(rows), *dims), fill, dtype=comp.dtype)
+        for i, r in enumerate(rows):
+            out[(i, *(slice(0, s) for s in r.shape))] = r
+        return out
+
+
+class RandomShuffleQueue(QueueBase):
+    """A queue that hands out elements in random order (Q29–Q33).
+
+    While the queue is open a dequeue never leaves fewer than
+    ``min_after_dequeue`` elements behind (Q30); after close the rule is
+    dropped and everything drains (Q32). Each element removed is drawn
+    uniformly from those stored (Q31), with a NumPy Generator seeded by
+    ``seed`` (Q33: an int gives the same order for the same sequence of
+    calls; None is nondeterministic). ``dequeue_many(n)`` draws ``n``
+    distinct slots and compacts the storage with vectorised moves: O(n).
+
+    feedq: ``min_after_dequeue >= capacity`` is a ValueError here (TF1 failed
+    at first use, Q29/X9).
+    """
+
+    _kind = "RandomShuffleQueue"
+    _default_name = "random_shuffle_queue"
+
+    def __init__(
+        self,
+        capacity: int,
+        min_after_dequeue: int,
+        dtypes: Any,
+        shapes: Any = None,
+        names: Any = None,
+        seed: int | None = None,
+        shared_name: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            capacity, dtypes, shapes, names, shared_name, name,
+            min_after_dequeue=min_after_dequeue, seed=seed,
+        )
+
+    @property
+    def min_after_dequeue(self) -> int:
+        """Elements kept back while the queue is open (Q30)."""
+        return int(self._storage_args["min_after_dequeue"])
+
+    def _validate_storage_args(
+        self, capacity: int, components: list[Component], args: dict[str, Any]
+    ) -> None:
+        m = args.pop("min_after_dequeue")
+        seed = args.pop("seed")
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+            raise ValueError(f"min_after_dequeue must be an int >= 0, got {m!r}")
+        if capacity >= 0 and m >= capacity:
+            raise ValueError(f"min_after_dequeue {m} must be < capacity {capacity}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        super()._validate_storage_args(capacity, components, args)
+        args["min_after_dequeue"] = int(m)
+        args["seed"] = None if seed is None else int(seed)
+
+    def _init_storage(self) -> None:
+        # guarded by self._mutex
+        self._rng = np.random.default_rng(self._storage_args["seed"])
+
+    def _grow(self, alloc: int) -> None:
+        new = [self._new_column(c, alloc) for c in self._components]
+        for dst, src in zip(new, self._cols):
+            dst[: self._size] = src[: self._size]
+        self._cols = new
+        self._alloc = alloc
+
+    def _available(self) -> int:
+        if self._state is QueueState.OPEN:
+            return max(0, self._size - self._storage_args["min_after_dequeue"])
+        return self._size
+
+    def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        size = self._size
+        for buf, src in zip(self._cols, cols):
+            buf[size : size + k] = src[start : start + k]
+
+    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
+        self._put(chunk, 0, chunk[0].shape[0])
+
+    def _draw(self, k: int) -> np.ndarray[Any, Any]:
+        """k distinct positions in [0, size), uniformly, in random order."""
+        size, rng = self._size, self._rng
+        if 4 * k >= size:
+            return rng.permutation(size)[:k]
+        while True:
+            # The first k distinct values of iid uniform draws are a uniform
+            # k-permutation; 2k+16 draws from >= 4k values rarely fall short.
+            cand = rng.integers(0, size, size=2 * k + 16)
+            _, first = np.unique(cand, return_index=True)
+            if first.shape[0] >= k:
+                first.sort()
+                return cand[first[:k]]
+
+    def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
+        size = self._size
+        idx = self._draw(k)
+        tail = size - k
+        # Holes left in [0, tail) are refilled from the rows of [tail, size)
+        # that were not drawn; both sets have the same size.
+        holes = idx[idx < tail]
+        if holes.shape[0]:
+            keep = np.ones(k, dtype=bool)
+            keep[idx[idx >= tail] - tail] = False
+            fillers = tail + np.flatnonzero(keep)
+        result = []
+        for i, buf in enumerate(self._cols):
+            if outs is not None:
+                np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
+            else:
+                result.append(buf[idx])
+            if holes.shape[0]:
+                buf[holes] = buf[fillers]
+            _clear(buf, slice(tail, size))
+        return result
+
+
+class PriorityQueue(QueueBase):
+    """A queue that hands out the element with the smallest priority (Q39–Q43).
+
+    Every element has an implicit leading int64 scalar priority:
+    ``dtypes == [int64] + types``; enqueue ``[priority, *values]``,
+    ``enqueue_many`` a priority vector with the batches; dequeues return
+    ``[priority, *values]``. ``dequeue_many(n)`` is all-or-nothing (Q42).
+
+    feedq differs from TF1 where TF1 is hostile:
+
+    * ties come out in insertion order (TF1: heap order, Q41);
+    * ``shapes`` is optional (Q39); without it there is no ``dequeue_many``;
+    * ``dequeue_many(n)`` with ``n > capacity`` is an InvalidArgumentError
+      instead of a deadlock (Q42);
+    * ``dequeue_up_to(n)`` on a closed queue returns the remaining elements
+      sorted instead of discarding them (Q43).
+    """
+
+    _kind = "PriorityQueue"
+    _default_name = "priority_queue"
+    _all_or_nothing = True
+
+    def __init__(
+        self,
+        capacity: int,
+        types: Any,
+        shapes: Any = None,
+        names: Any = None,
+        shared_name: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(capacity, types, shapes, names, shared_name, name)
+
+    def _make_components(self, dtypes: Any, shapes: Any) -> list[Component]:
+        types = normalize_dtypes(dtypes)
+        shape_list = normalize_shapes(shapes, len(types), partial=False)
+        comps = [Component(0, np.dtype(np.int64), ())]
+        comps += [Component(i + 1, d, s) for i, (d, s) in enumerate(zip(types, shape_list))]
+        return comps
+
+    def _where(self, i: int) -> str:
+        if i == 0 and self._names is None:
+            return f"{self._kind} '{self._name}' priority"
+        return super()._where(i)
+
+    def _check_batch_feasible(self, n: int) -> None:
+        if 0 <= self._capacity < n:
+            raise InvalidArgumentError(
+                f"{self._kind} '{self._name}': dequeue of {n} elements can never complete "
+                f"with capacity {self._capacity} (a PriorityQueue batch is all-or-nothing)"
+            )
+
+    def _init_storage(self) -> None:
+        # guarded by self._mutex
+        self._heap: list[tuple[int, int, int]] = []  # (priority, seq, slot)
+        self._free_slots: list[int] = []
+        self._seq = 0
+        self._low_seq = 0
+
+    def _grow(self, alloc: int) -> None:
+        new = [self._new_column(c, alloc) for c in self._components]
+        old = self._alloc
+        for dst, src in zip(new, self._cols):
+            dst[:old] = src[:old]
+        self._cols = new
+        self._free_slots.extend(range(alloc - 1, old - 1, -1))
+        self._alloc = alloc
+
+    def _available(self) -> int:
+        return self._size
+
+    def _store(self, cols: list[np.ndarray[Any, Any]], start: int, k: int, seqs: range) -> None:
+        free = self._free_slots
+        slots = free[len(free) - k :]
+        del free[len(free) - k :]
+        idx = np.asarray(slots, dtype=np.intp)
+        for buf, src in zip(self._cols, cols):
+            buf[idx] = src[start : start + k]
+        prios = cols[0][start : start + k].tolist()
+        heap = self._heap
+        for p, q, s in zip(prios, seqs, slots):
+            heapq.heappush(heap, (p, q, s))
+
+    def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        self._store(cols, start, k, range(self._seq, self._seq + k))
+        self._seq += k
+
+    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
+        # Put-back elements came out before everything still queued: give them
+        # the lowest sequence numbers so ties keep their order.
+        k = chunk[0].shape[0]
+        self._store(chunk, 0, k, range(self._low_seq - k, self._low_seq))
+        self._low_seq -= k
+
+    def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
+        heap = self._heap
+        slots = [heapq.heappop(heap)[2] for _ in range(k)]
+        idx = np.asarray(slots, dtype=np.intp)
+        result = []
+        for i, buf in enumerate(self._cols):
+            if outs is not None:
+                np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
+            else:
+                result.append(buf[idx])
+            _clear(buf, idx)
+        self._free_slots.extend(slots)
+        return result

@@ -1,0 +1,339 @@
+"""Element specs: dtypes, shapes and names of queue components, and the
+conversion of user values into validated columns.
+
+A queue element is a tuple of *components*. Each component has a dtype and a
+shape that is fully known (``(3, 2)``), partially known (``(None, 2)``,
+PaddingFIFOQueue only) or unknown (``None``: the queue was built without
+``shapes``). Values are converted without lossy casting (spec Q8): exact
+dtypes and NumPy ``safe`` casts are accepted, anything else is a
+``TypeError``. Python ints go into any integer dtype that holds them and any
+float dtype; Python floats into float dtypes only.
+
+Strings are stored as ``STRING`` (``np.dtype(object)``) arrays whose items are
+``bytes``; ``str`` values are encoded as UTF-8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+__all__ = ["STRING", "Component", "as_dtype", "as_torch_free_array"]
+
+#: The dtype of string components: object arrays holding ``bytes``.
+STRING = np.dtype(object)
+
+_STRING_ALIASES = {"string", "str", "bytes", "object"}
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+def as_dtype(dtype: Any) -> np.dtype[Any]:
+    """Normalise a dtype given as NumPy dtype, name, Python type or torch dtype.
+
+    Raises:
+        TypeError: the dtype is not a supported component dtype.
+    """
+    if dtype in (str, bytes, object) or (isinstance(dtype, str) and dtype in _STRING_ALIASES):
+        return STRING
+    text = str(dtype)
+    if text.startswith("torch."):  # torch dtypes without importing torch
+        text = text[len("torch.") :]
+        if text in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            raise TypeError(f"dtype torch.{text} has no NumPy equivalent; convert to float32 first")
+        dtype = text
+    try:
+        result = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"unsupported queue dtype {dtype!r}") from exc
+    if result.kind in "OSU":
+        return STRING
+    if result.kind not in _NUMERIC_KINDS:
+        raise TypeError(f"unsupported queue dtype {result} (numeric, bool or string only)")
+    return result
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "numpy")
+
+
+def as_torch_free_array(value: Any, where: str) -> Any:
+    """Return a NumPy view of a CPU torch tensor (no copy); other values as is.
+
+    Raises:
+        TypeError: the tensor lives on an accelerator.
+    """
+    if _is_torch_tensor(value):
+        if value.device.type != "cpu":
+            raise TypeError(
+                f"{where}: a torch tensor on {value.device} cannot be enqueued; "
+                "queues hold host memory (use .cpu())"
+            )
+        return value.detach().numpy()
+    return value
+
+
+def _shape_str(shape: Sequence[int | None]) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One component of a queue element.
+
+    Attributes:
+        index: position in the element.
+        dtype: NumPy dtype (``STRING`` for strings).
+        shape: the shape, ``None`` dims allowed; ``None`` for unknown.
+    """
+
+    index: int
+    dtype: np.dtype[Any]
+    shape: tuple[int | None, ...] | None
+
+    @property
+    def dense(self) -> bool:
+        """True when the shape is fully known: stored in a columnar buffer."""
+        return self.shape is not None and all(d is not None for d in self.shape)
+
+    # -- conversion --------------------------------------------------------
+
+    def _to_array(self, value: Any, where: str) -> np.ndarray[Any, Any]:
+        value = as_torch_free_array(value, where)
+        dtype = self.dtype
+        if dtype is STRING:
+            return _to_string_array(value, where)
+        if isinstance(value, (np.ndarray, np.generic)):
+            arr = np.asarray(value)
+            if arr.dtype == dtype:
+                return arr
+            if arr.dtype.kind in _NUMERIC_KINDS and np.can_cast(arr.dtype, dtype, "safe"):
+                return arr.astype(dtype)
+            raise TypeError(
+                f"{where} has dtype {dtype}; cannot convert a value of dtype {arr.dtype} "
+                f"without loss (convert it explicitly, e.g. .astype(np.{dtype}))"
+            )
+        try:
+            arr = np.asarray(value)
+        except ValueError as exc:  # ragged nested lists
+            raise InvalidArgumentError(f"{where}: cannot convert {value!r} to an array: {exc}") from exc
+        kind = arr.dtype.kind
+        if kind == dtype.kind or (kind == "b" and dtype.kind == "b"):
+            if kind in "iu":
+                return _checked_int_cast(arr, dtype, where)
+            return arr.astype(dtype, copy=False)
+        if kind in "iu" and dtype.kind in "iu":
+            return _checked_int_cast(arr, dtype, where)
+        if kind in "iu" and dtype.kind in "fc":
+            return arr.astype(dtype)
+        if kind == "f" and dtype.kind in "fc":
+            return arr.astype(dtype)
+        raise TypeError(
+            f"{where} has dtype {dtype}; cannot convert {_describe(value)} without loss"
+        )
+
+    def convert_one(self, value: Any, where: str) -> np.ndarray[Any, Any]:
+        """Convert one element's value of this component; returns an array of
+        the element's shape, owned by the caller (never aliasing ``value``
+        for ragged components, which are stored as is)."""
+        arr = self._to_array(value, where)
+        shape = self.shape
+        if shape is not None and not _shape_matches(arr.shape, shape):
+            raise InvalidArgumentError(
+                f"Shape mismatch in tuple component {self.index}. "
+                f"Expected {_shape_str(shape)}, got {_shape_str(arr.shape)}"
+            )
+        if not self.dense:
+            # Stored by reference: copy so later changes by the caller do not
+            # reach the queue.
+            arr = np.array(arr, copy=True)
+        return arr
+
+    def convert_many(self, value: Any, where: str) -> np.ndarray[Any, Any]:
+        """Convert a batch (leading dimension = element count).
+
+        Returns a dense array ``(k,) + shape`` for dense components, or an
+        object array of ``k`` per-element arrays for ragged ones.
+        """
+        arr = self._to_array(value, where)
+        if arr.ndim == 0:
+            raise InvalidArgumentError(
+                f"{where}: enqueue_many requires a leading batch dimension, got a scalar"
+            )
+        shape = self.shape
+        if shape is not None and not _shape_matches(arr.shape[1:], shape):
+            raise InvalidArgumentError(
+                f"Shape mismatch in tuple component {self.index}. "
+                f"Expected {_shape_str((arr.shape[0], *shape))}, got {_shape_str(arr.shape)}"
+            )
+        if self.dense:
+            return arr
+        rows = np.empty(arr.shape[0], dtype=object)
+        for i in range(arr.shape[0]):
+            rows[i] = np.array(arr[i], copy=True)
+        return rows
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} {value!r}"[:120]
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _checked_int_cast(arr: np.ndarray[Any, Any], dtype: np.dtype[Any], where: str) -> np.ndarray[Any, Any]:
+    if arr.dtype == dtype:
+        return arr
+    if arr.size:
+        info = np.iinfo(dtype)
+        lo, hi = arr.min(), arr.max()
+        if lo < info.min or hi > info.max:
+            raise TypeError(f"{where} has dtype {dtype}; value {hi if hi > info.max else lo} is out of range")
+    return arr.astype(dtype)
+
+
+def _to_string_array(value: Any, where: str) -> np.ndarray[Any, Any]:
+    if isinstance(value, np.ndarray) and value.dtype == STRING:
+        flat = value.reshape(-1)
+        if all(type(x) is bytes for x in flat):
+            return value
+        arr = value
+    elif isinstance(value, (bytes, str, np.bytes_, np.str_)):
+        out = np.empty((), dtype=object)
+        out[()] = _as_bytes(value, where)
+        return out
+    else:
+        try:
+            arr = np.asarray(value, dtype=object)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{where}: cannot convert {value!r} to an array: {exc}") from exc
+    out = np.empty(arr.shape, dtype=object)
+    flat_out = out.reshape(-1)
+    for i, item in enumerate(arr.reshape(-1)):
+        flat_out[i] = _as_bytes(item, where)
+    return out
+
+
+def _as_bytes(item: Any, where: str) -> bytes:
+    if type(item) is bytes:
+        return item
+    if isinstance(item, (bytes, np.bytes_)):
+        return bytes(item)
+    if isinstance(item, (str, np.str_)):
+        return str(item).encode("utf-8")
+    raise TypeError(f"{where} is a string component; cannot convert {_describe(item)}")
+
+
+def _shape_matches(actual: tuple[int, ...], declared: tuple[int | None, ...]) -> bool:
+    if len(actual) != len(declared):
+        return False
+    return all(d is None or d == a for a, d in zip(actual, declared))
+
+
+# -- construction-time normalisation ------------------------------------------
+
+
+def normalize_dtypes(dtypes: Any) -> list[np.dtype[Any]]:
+    """Q1: one dtype or a list of dtypes, stored as a list."""
+    if isinstance(dtypes, (list, tuple)):
+        if not dtypes:
+            raise ValueError("a queue needs at least one component dtype")
+        return [as_dtype(d) for d in dtypes]
+    return [as_dtype(dtypes)]
+
+
+def _is_dim(x: Any) -> bool:
+    return x is None or (isinstance(x, (int, np.integer)) and not isinstance(x, bool))
+
+
+def normalize_shapes(
+    shapes: Any, count: int, *, partial: bool
+) -> list[tuple[int | None, ...] | None]:
+    """Q2/Q34: normalise ``shapes`` into one shape per component.
+
+    A flat list of ints/None is ONE shape (so ``[]`` is one scalar component).
+    Without ``partial`` every shape must be fully defined; with it (the
+    PaddingFIFOQueue case) a list of shapes of known rank is required.
+    """
+    if partial:
+        if (
+            not isinstance(shapes, (list, tuple))
+            or not shapes
+            or any(_is_dim(s) for s in shapes)
+        ):
+            raise ValueError("When providing partial shapes, a list of shapes must be provided.")
+    if shapes is None:
+        return [None] * count
+    if not isinstance(shapes, (list, tuple)):
+        raise TypeError(f"shapes must be a list of shapes, got {type(shapes).__name__}")
+    if all(_is_dim(s) for s in shapes):
+        shapes = [shapes]
+    result: list[tuple[int | None, ...] | None] = []
+    for s in shapes:
+        if s is None:
+            raise ValueError("All shapes must be fully defined: got an unknown shape (None)")
+        if not isinstance(s, (list, tuple)) or not all(_is_dim(d) for d in s):
+            raise TypeError(f"a shape must be a list of ints (or None), got {s!r}")
+        dims = tuple(None if d is None else int(d) for d in s)
+        if any(d is not None and d < 0 for d in dims):
+            raise ValueError(f"negative dimension in shape {list(s)}")
+        if not partial and any(d is None for d in dims):
+            raise ValueError(f"All shapes must be fully defined: {_shape_str(dims)}")
+        result.append(dims)
+    if len(result) != count:
+        raise ValueError(f"shapes must have the same length as dtypes: {len(result)} != {count}")
+    return result
+
+
+def normalize_names(names: Any, count: int) -> list[str] | None:
+    """Q3: component names, one per dtype."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        names = [names]
+    names = list(names)
+    if len(names) != count:
+        raise ValueError(f"names must have the same length as dtypes: {len(names)} != {count}")
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError("names must be strings")
+    if len(set(names)) != len(names):
+        raise ValueError(f"names must be unique: {names}")
+    return names
+
+
+def flatten_values(
+    vals: Any, names: list[str] | None, count: int, where: str
+) -> list[Any]:
+    """Q3/Q4/Q9: turn a user element (bare value, list, dict) into a list of
+    component values. Any count mismatch is a ``ValueError`` (Q9: feedq does
+    not drop extra components as TF does)."""
+    if names is not None:
+        if not isinstance(vals, Mapping):
+            raise ValueError(f"{where} has named components {names}: must enqueue a dictionary")
+        if set(vals) != set(names):
+            raise ValueError(
+                f"{where}: Keys in dictionary to enqueue {sorted(vals)} do not match "
+                f"the names of the queue {sorted(names)}"
+            )
+        return [vals[n] for n in names]
+    if isinstance(vals, Mapping):
+        raise ValueError(f"{where} has no component names: enqueue a list, not a dictionary")
+    if isinstance(vals, (list, tuple)):
+        if len(vals) != count:
+            raise ValueError(f"{where} expects {count} components, got {len(vals)}")
+        return list(vals)
+    if count != 1:
+        raise ValueError(f"{where} expects {count} components, got 1")
+    return [vals]
+
+
+def pack_values(cols: list[Any], names: list[str] | None) -> Any:
+    """Q4: dict for named queues, a bare value for one component, else a list."""
+    if names is not None:
+        return dict(zip(names, cols))
+    if len(cols) == 1:
+        return cols[0]
+    return cols
