@@ -22,12 +22,12 @@ from .queues import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "STRING",
     "FIFOQueue",
     "PaddingFIFOQueue",
     "PriorityQueue",
     "QueueStatistics",
     "RandomShuffleQueue",
+    "STRING",
     "errors",
     "get_default_timeout",
     "reset_shared_queues",

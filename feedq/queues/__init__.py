@@ -11,7 +11,6 @@ from ._kinds import FIFOQueue, PaddingFIFOQueue, PriorityQueue, RandomShuffleQue
 from ._spec import STRING, as_dtype
 
 __all__ = [
-    "STRING",
     "FIFOQueue",
     "PaddingFIFOQueue",
     "PriorityQueue",
@@ -19,6 +18,7 @@ __all__ = [
     "QueueState",
     "QueueStatistics",
     "RandomShuffleQueue",
+    "STRING",
     "as_dtype",
     "reset_shared_queues",
 ]

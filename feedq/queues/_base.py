@@ -393,12 +393,11 @@ class QueueBase:
             for comp, value in zip(self._components, values)
         ]
         n = cols[0].shape[0]
-        for col in cols[1:]:
+        for i, col in enumerate(cols):
             if col.shape[0] != n:
                 raise InvalidArgumentError(
                     f"{self._kind} '{self._name}': All input tensors must have the same size in "
-                    f"the 0th dimension. Component 0 has {n}, component "
-                    f"{cols.index(col)} has {col.shape[0]}"
+                    f"the 0th dimension. Component 0 has {n}, component {i} has {col.shape[0]}"
                 )
         if n == 0:
             return
@@ -521,7 +520,8 @@ class QueueBase:
         outs = self._check_out(out, n) if out is not None else None
         if n == 0:
             return self._assemble([], 0, outs)
-        self._check_batch_feasible(n)
+        if not up_to:
+            self._check_batch_feasible(n)
         att = _Dequeue(n, up_to, op, outs)
         self._run_dequeue(att, timeout)
         return self._assemble(att.chunks, att.count, outs)

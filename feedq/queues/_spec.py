@@ -113,6 +113,9 @@ class Component:
                 return arr
             if arr.dtype.kind in _NUMERIC_KINDS and np.can_cast(arr.dtype, dtype, "safe"):
                 return arr.astype(dtype)
+            if arr.dtype.kind in "iu" and dtype.kind in "iu":
+                # Narrowing integers is lossless when every value fits.
+                return _checked_int_cast(arr, dtype, where)
             raise TypeError(
                 f"{where} has dtype {dtype}; cannot convert a value of dtype {arr.dtype} "
                 f"without loss (convert it explicitly, e.g. .astype(np.{dtype}))"
@@ -121,6 +124,8 @@ class Component:
             arr = np.asarray(value)
         except ValueError as exc:  # ragged nested lists
             raise InvalidArgumentError(f"{where}: cannot convert {value!r} to an array: {exc}") from exc
+        if arr.size == 0 and arr.dtype.kind in "fO":
+            return arr.astype(dtype)  # an empty list has no dtype to respect
         kind = arr.dtype.kind
         if kind == dtype.kind or (kind == "b" and dtype.kind == "b"):
             if kind in "iu":
