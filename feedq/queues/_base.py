@@ -238,6 +238,20 @@ class QueueBase:
         self._dequeued = 0  # guarded by self._mutex
         self._alloc = 0  # guarded by self._mutex
         self._cols: list[np.ndarray[Any, Any]] = []  # guarded by self._mutex
+        # Facts for the fast paths, fixed at construction.
+        self._single = names is None and len(components) == 1
+        self._all_shaped = all(c.shape is not None for c in components)
+        self._all_dense = all(c.dense for c in components)
+        self._desc = f"{self._kind} '{name}'"
+        self._wheres = [self._where(c.index) for c in components]
+        # How _read_row copies a component out of its column: 0 numeric
+        # scalar (indexing copies), 1 numeric row (view: copy), 2 object
+        # scalar or ragged (take the reference, clear the slot), 3 object row.
+        self._row_kinds = [
+            (0 if c.shape == () else 1) if c.dense and c.dtype is not STRING
+            else (3 if c.dense and c.shape != () else 2)
+            for c in components
+        ]
         self._init_storage()
         self._grow(self._initial_alloc())
 
@@ -359,17 +373,44 @@ class QueueBase:
                 cancelled (Q24).
             DeadlineExceededError: timed out; nothing was inserted (T2).
         """
-        values = flatten_values(vals, self._names, len(self._components), f"{self._kind} '{self._name}'")
+        if timeout is not None:
+            _check_timeout(timeout)
+        comps = self._components
+        if self._single and not isinstance(vals, (list, tuple, dict)):
+            values = [vals]
+        else:
+            values = flatten_values(vals, self._names, len(comps), self._desc)
+        wheres = self._wheres
+        row = [comp.convert_one(value, wheres[comp.index]) for comp, value in zip(comps, values)]
+        with self._mutex:
+            # Fast path: nobody ahead in line and room now.
+            if self._state is QueueState.OPEN and not self._producers and self._free() > 0:
+                if self._size >= self._alloc:
+                    self._ensure_alloc(self._size + 1)
+                self._put_one(row)
+                self._size += 1
+                self._enqueued += 1
+                if self._size > self._peak:
+                    self._peak = self._size
+                if self._consumers:
+                    self._flush()
+                return
+        self._run_enqueue(_Enqueue(self._row_to_cols(row), 1), timeout, "enqueue")
+
+    def _row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
         cols = []
-        for comp, value in zip(self._components, values):
-            arr = comp.convert_one(value, self._where(comp.index))
+        for comp, value in zip(self._components, row):
             if comp.dense:
-                cols.append(arr[np.newaxis])
+                if comp.dtype is STRING and comp.shape == ():
+                    col = np.empty(1, dtype=object)
+                    col[0] = value
+                else:
+                    col = np.asarray(value, dtype=comp.dtype)[np.newaxis]
             else:
-                holder = np.empty(1, dtype=object)
-                holder[0] = arr
-                cols.append(holder)
-        self._run_enqueue(_Enqueue(cols, 1), timeout, "enqueue")
+                col = np.empty(1, dtype=object)
+                col[0] = value
+            cols.append(col)
+        return cols
 
     def enqueue_many(self, vals: Any, timeout: float | None = None) -> None:
         """Insert the rows of a batch as elements, in order.
@@ -387,11 +428,15 @@ class QueueBase:
             cancellation the exception's ``num_enqueued`` attribute says how
             many leading rows were inserted before it.
         """
-        values = flatten_values(vals, self._names, len(self._components), f"{self._kind} '{self._name}'")
-        cols = [
-            comp.convert_many(value, self._where(comp.index))
-            for comp, value in zip(self._components, values)
-        ]
+        if timeout is not None:
+            _check_timeout(timeout)
+        comps = self._components
+        if self._single and not isinstance(vals, (list, tuple, dict)):
+            values = [vals]
+        else:
+            values = flatten_values(vals, self._names, len(comps), self._desc)
+        wheres = self._wheres
+        cols = [comp.convert_many(value, wheres[comp.index]) for comp, value in zip(comps, values)]
         n = cols[0].shape[0]
         for i, col in enumerate(cols):
             if col.shape[0] != n:
@@ -401,6 +446,19 @@ class QueueBase:
                 )
         if n == 0:
             return
+        with self._mutex:
+            # Fast path: nobody ahead in line and room for the whole batch.
+            if self._state is QueueState.OPEN and not self._producers and self._free() >= n:
+                if self._size + n > self._alloc:
+                    self._ensure_alloc(self._size + n)
+                self._put(cols, 0, n)
+                self._size += n
+                self._enqueued += n
+                if self._size > self._peak:
+                    self._peak = self._size
+                if self._consumers:
+                    self._flush()
+                return
         self._run_enqueue(_Enqueue(cols, n), timeout, "enqueue_many")
 
     def _run_enqueue(self, att: _Enqueue, timeout: float | None, op: str) -> None:
@@ -458,6 +516,17 @@ class QueueBase:
             CancelledError: the call was cancelled (:meth:`cancel`).
             DeadlineExceededError: timed out; nothing was removed (T2).
         """
+        if timeout is not None:
+            _check_timeout(timeout)
+        with self._mutex:
+            # Fast path: nobody ahead in line and an element available now.
+            if not self._consumers and self._available() > 0:
+                row = self._take_one()
+                self._size -= 1
+                self._dequeued += 1
+                if self._producers:
+                    self._flush()
+                return row[0] if self._single else pack_values(row, self._names)
         att = _Dequeue(1, False, "dequeue", None)
         self._run_dequeue(att, timeout)
         cols = att.chunks[0]
@@ -511,17 +580,29 @@ class QueueBase:
             raise InvalidArgumentError(
                 f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"
             )
-        for comp in self._components:
-            if comp.shape is None:
-                raise InvalidArgumentError(
-                    f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
-                    "components to have specified shapes."
-                )
+        if timeout is not None:
+            _check_timeout(timeout)
+        if not self._all_shaped:
+            raise InvalidArgumentError(
+                f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
+                "components to have specified shapes."
+            )
         outs = self._check_out(out, n) if out is not None else None
         if n == 0:
             return self._assemble([], 0, outs)
         if not up_to:
             self._check_batch_feasible(n)
+        with self._mutex:
+            # Fast path: nobody ahead in line and n elements available now.
+            if not self._consumers and self._available() >= n:
+                chunk = self._take(n, outs, 0)
+                self._size -= n
+                self._dequeued += n
+                if self._producers:
+                    self._flush()
+                if outs is None and self._all_dense:
+                    return chunk[0] if self._single else pack_values(chunk, self._names)
+                return self._assemble([chunk], n, outs)
         att = _Dequeue(n, up_to, op, outs)
         self._run_dequeue(att, timeout)
         return self._assemble(att.chunks, att.count, outs)
@@ -838,6 +919,30 @@ class QueueBase:
         """Store rows ``[start, start + k)`` of ``cols`` (room is guaranteed)."""
         raise NotImplementedError
 
+    def _put_one(self, row: list[Any]) -> None:
+        """Store one element given as converted component values."""
+        self._put(self._row_to_cols(row), 0, 1)
+
+    def _read_row(self, pos: int) -> list[Any]:
+        """Copy row ``pos`` out of every column, clearing object references."""
+        row = []
+        for buf, kind in zip(self._cols, self._row_kinds):
+            v = buf[pos]
+            if kind == 1:
+                v = v.copy()
+            elif kind == 2:
+                buf[pos] = None
+            elif kind == 3:
+                v = v.copy()
+                buf[pos] = None
+            row.append(v)
+        return row
+
+    def _take_one(self) -> list[Any]:
+        """Remove one element and return its component values."""
+        chunk = self._take(1, None, 0)
+        return [c[0] for c in chunk]
+
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         """Remove ``k`` elements; write them to ``outs[i][offset:offset+k]``
         or return them as new columns."""
@@ -846,6 +951,11 @@ class QueueBase:
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         """Return previously taken elements to the front (room is guaranteed)."""
         raise NotImplementedError
+
+
+def _check_timeout(timeout: float) -> None:
+    if not timeout >= 0:  # also rejects NaN
+        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
 
 
 def _dtypes_str(dtypes: list[np.dtype[Any]]) -> str:

@@ -116,6 +116,19 @@ class FIFOQueue(QueueBase):
         self._head = (self._head - k) % self._alloc
         self._write(self._head, chunk, 0, k)
 
+    def _put_one(self, row: list[Any]) -> None:
+        pos = self._head + self._size
+        if pos >= self._alloc:
+            pos -= self._alloc
+        for buf, value in zip(self._cols, row):
+            buf[pos] = value
+
+    def _take_one(self) -> list[Any]:
+        pos = self._head
+        row = self._read_row(pos)
+        self._head = pos + 1 if pos + 1 < self._alloc else 0
+        return row
+
 
 class PaddingFIFOQueue(FIFOQueue):
     """A FIFOQueue whose components may have unknown dimensions (Q34–Q38).
@@ -160,7 +173,10 @@ class PaddingFIFOQueue(FIFOQueue):
                     f"padding_values must have one value per component: {len(values)} != {len(components)}"
                 )
             pads = [
-                Component(c.index, c.dtype, ()).convert_one(v, f"{self._kind} padding value {c.index}")[()]
+                np.asarray(
+                    Component(c.index, c.dtype, ()).convert_one(v, f"{self._kind} padding value {c.index}"),
+                    dtype=c.dtype,
+                )[()]
                 for c, v in zip(components, values)
             ]
         args["padding_values"] = tuple(pads)
@@ -257,6 +273,22 @@ class RandomShuffleQueue(QueueBase):
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         self._put(chunk, 0, chunk[0].shape[0])
+
+    def _put_one(self, row: list[Any]) -> None:
+        pos = self._size
+        for buf, value in zip(self._cols, row):
+            buf[pos] = value
+
+    def _take_one(self) -> list[Any]:
+        last = self._size - 1
+        pos = int(self._rng.integers(0, self._size))
+        row = self._read_row(pos)
+        if pos != last:
+            for buf in self._cols:
+                buf[pos] = buf[last]
+        for buf in self._cols:
+            _clear(buf, last)
+        return row
 
     def _draw(self, k: int) -> np.ndarray[Any, Any]:
         """k distinct positions in [0, size), uniformly, in random order."""

@@ -16,7 +16,7 @@ Strings are stored as ``STRING`` (``np.dtype(object)``) arrays whose items are
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -95,10 +95,23 @@ class Component:
     dtype: np.dtype[Any]
     shape: tuple[int | None, ...] | None
 
-    @property
-    def dense(self) -> bool:
-        """True when the shape is fully known: stored in a columnar buffer."""
-        return self.shape is not None and all(d is not None for d in self.shape)
+    def __post_init__(self) -> None:
+        dense = self.shape is not None and all(d is not None for d in self.shape)
+        object.__setattr__(self, "dense", dense)
+        # Fast-path facts, computed once: the per-element path checks these
+        # before falling back to the general conversion.
+        numeric = dense and self.dtype is not STRING
+        object.__setattr__(self, "_numeric", numeric)
+        object.__setattr__(self, "_scalar", numeric and self.shape == ())
+        kind = self.dtype.kind
+        if kind in "iu":
+            info = np.iinfo(self.dtype)
+            object.__setattr__(self, "_bounds", (int(info.min), int(info.max)))
+        else:
+            object.__setattr__(self, "_bounds", None)
+
+    #: True when the shape is fully known: stored in a columnar buffer.
+    dense: bool = field(init=False, repr=False, compare=False)
 
     # -- conversion --------------------------------------------------------
 
@@ -141,10 +154,24 @@ class Component:
             f"{where} has dtype {dtype}; cannot convert {_describe(value)} without loss"
         )
 
-    def convert_one(self, value: Any, where: str) -> np.ndarray[Any, Any]:
-        """Convert one element's value of this component; returns an array of
-        the element's shape, owned by the caller (never aliasing ``value``
-        for ragged components, which are stored as is)."""
+    def convert_one(self, value: Any, where: str) -> Any:
+        """Convert one element's value of this component.
+
+        Returns an array of the element's shape (or, on the fast path, a
+        Python scalar that the dense column stores without loss). Ragged
+        values are copied, since they are stored by reference.
+        """
+        if self._numeric:  # type: ignore[attr-defined]
+            t = type(value)
+            if t is np.ndarray:
+                if value.dtype == self.dtype and value.shape == self.shape:
+                    return value
+            elif self._scalar:  # type: ignore[attr-defined]
+                bounds = self._bounds  # type: ignore[attr-defined]
+                if t is int and bounds is not None and bounds[0] <= value <= bounds[1]:
+                    return value
+                if t is float and self.dtype.kind == "f":
+                    return value
         arr = self._to_array(value, where)
         shape = self.shape
         if shape is not None and not _shape_matches(arr.shape, shape):
@@ -155,7 +182,9 @@ class Component:
         if not self.dense:
             # Stored by reference: copy so later changes by the caller do not
             # reach the queue.
-            arr = np.array(arr, copy=True)
+            return np.array(arr, copy=True)
+        if arr.ndim == 0 and self.dtype is STRING:
+            return arr[()]  # the bytes object itself: a 0-d array would be stored as is
         return arr
 
     def convert_many(self, value: Any, where: str) -> np.ndarray[Any, Any]:
@@ -164,6 +193,14 @@ class Component:
         Returns a dense array ``(k,) + shape`` for dense components, or an
         object array of ``k`` per-element arrays for ragged ones.
         """
+        if (
+            self._numeric  # type: ignore[attr-defined]
+            and type(value) is np.ndarray
+            and value.dtype == self.dtype
+            and value.shape[1:] == self.shape
+            and value.ndim
+        ):
+            return value
         arr = self._to_array(value, where)
         if arr.ndim == 0:
             raise InvalidArgumentError(

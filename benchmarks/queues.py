@@ -1,0 +1,183 @@
+"""Queue throughput and memory, against baselines measured in the same run.
+
+(a) per-element enqueue+dequeue pairs/s, FIFOQueue vs queue.Queue put+get,
+    1 producer thread and 1 consumer thread;
+(b) MB/s of enqueue_many + dequeue_many of 256 x float32[32] blocks vs a
+    plain NumPy copy of the same bytes into and out of a preallocated array;
+(c) the same for RandomShuffleQueue and PaddingFIFOQueue;
+(d) memory of a FIFOQueue holding 1M float32[32] elements vs the payload.
+
+Run: python benchmarks/queues.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import queue as pyqueue
+import threading
+import tracemalloc
+
+import numpy as np
+
+try:
+    from benchmarks._util import header, median_rate, table, timed
+except ImportError:  # run as a script from benchmarks/
+    from _util import header, median_rate, table, timed  # type: ignore[no-redef]
+
+from feedq import FIFOQueue, PaddingFIFOQueue, RandomShuffleQueue
+
+
+def pairs_feedq(n: int, shape: tuple[int, ...]) -> float:
+    q = FIFOQueue(1024, np.float32, shapes=[list(shape)])
+    item = np.zeros(shape, np.float32)
+
+    def produce() -> None:
+        for _ in range(n):
+            q.enqueue(item)
+
+    def body() -> None:
+        t = threading.Thread(target=produce)
+        t.start()
+        for _ in range(n):
+            q.dequeue()
+        t.join()
+
+    return timed(n, body)
+
+
+def pairs_stdlib(n: int, shape: tuple[int, ...]) -> float:
+    q: pyqueue.Queue[object] = pyqueue.Queue(1024)
+    item = np.zeros(shape, np.float32)
+
+    def produce() -> None:
+        for _ in range(n):
+            q.put(item.copy())  # a queue must not alias the caller's buffer
+
+    def body() -> None:
+        t = threading.Thread(target=produce)
+        t.start()
+        for _ in range(n):
+            q.get()
+        t.join()
+
+    return timed(n, body)
+
+
+BLOCK = 256
+WIDTH = 32
+BLOCK_MB = BLOCK * WIDTH * 4 / 1e6
+
+
+def copy_bound(blocks: int) -> float:
+    src = np.random.default_rng(0).random((BLOCK, WIDTH), dtype=np.float32)
+    ring = np.empty((4 * BLOCK, WIDTH), np.float32)
+    out = np.empty((BLOCK, WIDTH), np.float32)
+
+    def body() -> None:
+        for i in range(blocks):
+            j = (i % 4) * BLOCK
+            ring[j : j + BLOCK] = src
+            out[:] = ring[j : j + BLOCK]
+
+    return timed(blocks * BLOCK_MB, body)
+
+
+def batch_rate(make: str, blocks: int, threaded: bool) -> float:
+    src = np.random.default_rng(0).random((BLOCK, WIDTH), dtype=np.float32)
+    if make == "fifo":
+        q = FIFOQueue(4 * BLOCK, np.float32, shapes=[[WIDTH]])
+    elif make == "shuffle":
+        q = RandomShuffleQueue(4 * BLOCK, BLOCK, np.float32, shapes=[[WIDTH]], seed=0)
+    else:
+        q = PaddingFIFOQueue(4 * BLOCK, np.float32, shapes=[[WIDTH]])
+    if make == "shuffle":
+        q.enqueue_many(src)  # keep min_after_dequeue satisfied
+
+    if threaded:
+        def body() -> None:
+            def produce() -> None:
+                for _ in range(blocks):
+                    q.enqueue_many(src)
+            t = threading.Thread(target=produce)
+            t.start()
+            for _ in range(blocks):
+                q.dequeue_many(BLOCK)
+            t.join()
+    else:
+        def body() -> None:
+            for _ in range(blocks):
+                q.enqueue_many(src)
+                q.dequeue_many(BLOCK)
+
+    return timed(blocks * BLOCK_MB, body)
+
+
+def ragged_padding_rate(blocks: int) -> float:
+    """Variable-length rows through PaddingFIFOQueue (the per-element path)."""
+    rng = np.random.default_rng(0)
+    rows = [np.ones(int(n), np.float32) for n in rng.integers(1, WIDTH + 1, size=BLOCK)]
+    q = PaddingFIFOQueue(4 * BLOCK, np.float32, shapes=[[None]])
+    mb = sum(r.nbytes for r in rows) / 1e6
+
+    def body() -> None:
+        for _ in range(blocks):
+            for r in rows:
+                q.enqueue(r)
+            q.dequeue_many(BLOCK)
+
+    return timed(blocks * mb, body)
+
+
+def memory_ratio(n: int) -> tuple[float, float]:
+    gc.collect()
+    tracemalloc.start()
+    q = FIFOQueue(n, np.float32, shapes=[[WIDTH]])
+    chunk = np.ones((65536, WIDTH), np.float32)
+    base = tracemalloc.get_traced_memory()[0]
+    left = n
+    while left:
+        k = min(left, chunk.shape[0])
+        q.enqueue_many(chunk[:k])
+        left -= k
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    payload = n * WIDTH * 4
+    del q
+    return used / payload, used / 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and elements")
+    ap.add_argument("--repeats", type=int, default=None)
+    args = ap.parse_args()
+    repeats = args.repeats or (3 if args.quick else 7)
+    n_pairs = 20_000 if args.quick else 100_000
+    blocks = 500 if args.quick else 3000
+
+    header("feedq queue benchmark")
+    rows = []
+    for shape in [(), (32,)]:
+        f, _ = median_rate(lambda: pairs_feedq(n_pairs, shape), repeats)
+        s, _ = median_rate(lambda: pairs_stdlib(n_pairs, shape), repeats)
+        rows.append([f"(a) pairs/s, float32{list(shape)}, 1P+1C threads", f"{f:,.0f}", f"queue.Queue {s:,.0f}",
+                     f"{f / s:.2f}x (cost {s / f:.2f}x)", "cost <= 1.5x"])
+    bound, _ = median_rate(lambda: copy_bound(blocks), repeats)
+    for make, target in [("fifo", 0.5), ("shuffle", 0.25), ("padding", 0.25)]:
+        for threaded in (False, True):
+            r, _ = median_rate(lambda: batch_rate(make, blocks, threaded), repeats)
+            label = f"({'b' if make == 'fifo' else 'c'}) MB/s {make} 256x32 f32 " + ("1P+1C threads" if threaded else "one thread")
+            rows.append([label, f"{r:,.0f}", f"numpy copy {bound:,.0f}", f"{r / bound:.2f}x", f">= {target}x"])
+    rp, _ = median_rate(lambda: ragged_padding_rate(blocks // 10), repeats)
+    rows.append(["MB/s padding, ragged rows, per-element enqueue", f"{rp:,.0f}", f"numpy copy {bound:,.0f}",
+                 f"{rp / bound:.3f}x", "(info)"])
+    n_mem = 200_000 if args.quick else 1_000_000
+    ratio, mb = memory_ratio(n_mem)
+    rows.append([f"(d) memory, FIFOQueue of {n_mem:,} float32[32]", f"{mb:,.0f} MB",
+                 f"payload {n_mem * 128 / 1e6:,.0f} MB", f"{ratio:.3f}x", "<= 1.1x"])
+    print(table(rows, ["measure", "feedq", "baseline", "ratio", "target"]))
+
+
+if __name__ == "__main__":
+    main()
