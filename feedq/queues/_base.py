@@ -247,6 +247,7 @@ class QueueBase:
         # How _read_row copies a component out of its column: 0 numeric
         # scalar (indexing copies), 1 numeric row (view: copy), 2 object
         # scalar or ragged (take the reference, clear the slot), 3 object row.
+        self._obj_cols = [c.dtype is STRING or not c.dense for c in components]
         self._row_kinds = [
             (0 if c.shape == () else 1) if c.dense and c.dtype is not STRING
             else (3 if c.dense and c.shape != () else 2)
@@ -573,9 +574,10 @@ class QueueBase:
         self.enqueue(vals, timeout=0)
 
     def _dequeue_batch(self, n: int, timeout: float | None, out: Any, up_to: bool, op: str) -> Any:
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise TypeError(f"n must be an int, got {n!r}")
-        n = int(n)
+        if type(n) is not int:
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+                raise TypeError(f"n must be an int, got {n!r}")
+            n = int(n)
         if n < 0:
             raise InvalidArgumentError(
                 f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"

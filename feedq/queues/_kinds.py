@@ -81,7 +81,11 @@ class FIFOQueue(QueueBase):
             dst[first:k] = buf[: k - first]
 
     def _write(self, pos: int, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
-        first = min(k, self._alloc - pos)
+        if pos + k <= self._alloc:
+            for buf, src in zip(self._cols, cols):
+                buf[pos : pos + k] = src[start : start + k]
+            return
+        first = self._alloc - pos
         for buf, src in zip(self._cols, cols):
             buf[pos : pos + first] = src[start : start + first]
             if k > first:
@@ -91,24 +95,35 @@ class FIFOQueue(QueueBase):
         return self._size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
-        self._write((self._head + self._size) % self._alloc, cols, start, k)
+        pos = self._head + self._size
+        if pos >= self._alloc:
+            pos -= self._alloc
+        self._write(pos, cols, start, k)
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         head, alloc = self._head, self._alloc
-        first = min(k, alloc - head)
+        end = head + k
         result = []
+        if end <= alloc:  # one contiguous segment: the common case
+            for i, buf in enumerate(self._cols):
+                if outs is None:
+                    result.append(buf[head:end].copy())
+                else:
+                    outs[i][offset : offset + k] = buf[head:end]
+                if self._obj_cols[i]:
+                    buf[head:end] = None
+            self._head = end if end < alloc else 0
+            return result
+        first = alloc - head
         for i, buf in enumerate(self._cols):
-            if outs is not None:
-                self._copy_out(buf, head, k, outs[i][offset : offset + k])
-            elif k == first:
-                result.append(buf[head : head + k].copy())
-            else:
+            if outs is None:
                 result.append(np.concatenate((buf[head:alloc], buf[: k - first])))
-            if buf.dtype == object:
-                buf[head : head + first] = None
-                if k > first:
-                    buf[: k - first] = None
-        self._head = (head + k) % alloc
+            else:
+                self._copy_out(buf, head, k, outs[i][offset : offset + k])
+            if self._obj_cols[i]:
+                buf[head:alloc] = None
+                buf[: k - first] = None
+        self._head = k - first
         return result
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
