@@ -1,14 +1,34 @@
 """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
 
-Layering (DESIGN.md): errors ← queues ← readers / coordinator ← runners ←
-input ← devices ← distributed ← cli. This module re-exports the public
-surface; optional parts (torch, cupy, ray, tensorflow) load on first use.
+Layering (DESIGN.md): errors <- queues <- readers / coordinator <- runners
+<- pipeline <- input <- devices <- distributed <- cli. This module re-exports
+the public surface; optional parts (torch, cupy, ray, tensorflow) load on
+first use.
 """
 
 from __future__ import annotations
 
 from . import errors
 from ._defaults import get_default_timeout, set_default_timeout
+from .coordinator import Coordinator, LooperThread
+from .input import (
+    Stage,
+    StageStatistics,
+    batch,
+    batch_join,
+    input_producer,
+    limit_epochs,
+    maybe_batch,
+    maybe_batch_join,
+    maybe_shuffle_batch,
+    maybe_shuffle_batch_join,
+    range_input_producer,
+    shuffle_batch,
+    shuffle_batch_join,
+    slice_input_producer,
+    string_input_producer,
+)
+from .pipeline import Pipeline, control_dependencies, current_pipeline
 from .queues import (
     STRING,
     FIFOQueue,
@@ -18,18 +38,54 @@ from .queues import (
     RandomShuffleQueue,
     reset_shared_queues,
 )
+from .runners import (
+    QUEUE_RUNNERS,
+    QueueRunner,
+    QueueRunnerStatistics,
+    add_queue_runner,
+    clear_queue_runners,
+    get_queue_runners,
+    start_queue_runners,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Coordinator",
     "FIFOQueue",
+    "LooperThread",
     "PaddingFIFOQueue",
+    "Pipeline",
     "PriorityQueue",
+    "QUEUE_RUNNERS",
+    "QueueRunner",
+    "QueueRunnerStatistics",
     "QueueStatistics",
     "RandomShuffleQueue",
     "STRING",
+    "Stage",
+    "StageStatistics",
+    "add_queue_runner",
+    "batch",
+    "batch_join",
+    "clear_queue_runners",
+    "control_dependencies",
+    "current_pipeline",
     "errors",
     "get_default_timeout",
+    "get_queue_runners",
+    "input_producer",
+    "limit_epochs",
+    "maybe_batch",
+    "maybe_batch_join",
+    "maybe_shuffle_batch",
+    "maybe_shuffle_batch_join",
+    "range_input_producer",
     "reset_shared_queues",
     "set_default_timeout",
+    "shuffle_batch",
+    "shuffle_batch_join",
+    "slice_input_producer",
+    "start_queue_runners",
+    "string_input_producer",
 ]

@@ -735,9 +735,15 @@ class QueueBase:
         shutdown of a pipeline wakes every blocked caller). Elements already
         stored can still be dequeued by calls that need not wait. Partial
         ``dequeue_many`` collections go back to the queue. Idempotent; the
-        first cause is kept.
+        first cause is kept. On a queue already closed with no call pending,
+        ``cancel()`` without a cause does nothing (end of data stays
+        ``OutOfRangeError``).
         """
         with self._mutex:
+            if self._state is QueueState.CLOSED and cause is None and not self._cancelled:
+                # Already closed and nothing pending: a clean cancel changes
+                # nothing, and end of data stays OutOfRange.
+                return
             if not self._cancelled:
                 self._cancelled = True
                 self._cancel_cause = cause

@@ -1,0 +1,469 @@
+"""QueueRunner: threads that keep a queue filled, and runner collections.
+
+A :class:`QueueRunner` holds a queue and a list of *enqueue ops* (callables
+taking no arguments, each typically reading something and enqueuing it).
+:meth:`QueueRunner.create_threads` starts one thread per op; each thread runs
+its op in a loop until the op reports that a queue is closed, an error
+happens, or the coordinator stops (TF1 ``tf.train.QueueRunner``, spec rules
+QR1–QR13).
+
+Usage::
+
+    q = FIFOQueue(100, [np.int64], shapes=[()], name="numbers")
+    qr = QueueRunner(q, [lambda: q.enqueue_many([source.read_up_to(32)])] * 2)
+    feedq.add_queue_runner(qr)
+    coord = feedq.Coordinator()
+    threads = feedq.start_queue_runners(coord=coord)
+    try:
+        for x in q: ...              # ends with OutOfRangeError when drained
+    finally:
+        coord.request_stop()
+        coord.join(threads)
+
+Differences from TF1, on purpose:
+
+* X7: the default ``queue_closed_exception_types`` is
+  ``(OutOfRangeError, CancelledError)``: a runner that finds its queue
+  closed, by its own close_op, by the user or by a stop, ends cleanly
+  instead of reporting a ``CancelledError`` "error" (QR10).
+* X3: an error in an enqueue op cancels the runner's queue with that error as
+  the cause, so the consumer's next blocking call raises ``CancelledError``
+  chained from it instead of a normal-looking end of data (QR8), or instead
+  of hanging when there is no coordinator (QR6, QR13). Without a coordinator
+  the error is logged and kept in :attr:`QueueRunner.exceptions_raised` but
+  not re-raised in the runner thread (the consumer gets it instead).
+  A runner whose op fails with a closed-queue error *caused by* another
+  error (its upstream queue was cancelled by a failing runner) passes the
+  cancellation on to its own queue with the same cause, so an error travels
+  down a pipeline of queues.
+* X5: no ``close_on_stop`` thread. The runner registers a stop callback with
+  the coordinator (:meth:`Coordinator.add_stop_callback`) that runs the
+  cancel op, so a stop wakes runners blocked on their queue, and
+  ``coord.join()`` returns as soon as the runner threads end cleanly, with
+  no one calling ``request_stop`` (no QR11 hang).
+* There is no session: ``create_threads(coord=None, daemon=False,
+  start=False)`` and ``start_queue_runners(coord=None, ...)``; collections are
+  process-wide instead of per graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .coordinator import Coordinator
+from .errors import CancelledError, FeedqError, OutOfRangeError
+
+__all__ = [
+    "QUEUE_RUNNERS",
+    "QueueRunner",
+    "QueueRunnerStatistics",
+    "add_queue_runner",
+    "clear_queue_runners",
+    "get_queue_runners",
+    "start_queue_runners",
+]
+
+_LOG = logging.getLogger(__name__)
+
+#: The default runner collection (TF1 ``tf.GraphKeys.QUEUE_RUNNERS``).
+QUEUE_RUNNERS = "queue_runners"
+
+_Op = Callable[[], object]
+
+
+class _Queue(Protocol):
+    """What a runner needs of a queue (see ``docs/queue-api.md``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def close(self, cancel_pending_enqueues: bool = False) -> None: ...
+
+    def cancel(self, cause: BaseException | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class QueueRunnerStatistics:
+    """A consistent snapshot of a runner, taken under its lock.
+
+    Counts cover the threads made by the latest :meth:`QueueRunner.create_threads`
+    that made any (QR3).
+
+    Attributes:
+        threads_alive: threads created and not yet ended (a thread made with
+            ``start=False`` counts until it has run and ended).
+        ops_run: enqueue op calls that returned normally.
+        exceptions: errors raised by enqueue ops (not of a closed-queue
+            type), oldest first, whether they were reported to a coordinator
+            or recorded in ``exceptions_raised``.
+    """
+
+    threads_alive: int
+    ops_run: int
+    exceptions: tuple[BaseException, ...]
+
+
+def _op_name(op: _Op) -> str:
+    """A name for ``op`` in thread names: its ``__name__``, seen through partials."""
+    while isinstance(op, functools.partial):
+        op = op.func
+    name = getattr(op, "__name__", None)
+    return name if isinstance(name, str) else type(op).__name__
+
+
+class QueueRunner:
+    """Holds a queue and the ops that fill it, and runs them in threads (QR1–QR11).
+
+    Each op is a callable taking no arguments. A runner thread calls its op
+    again and again (QR4). When an op raises one of
+    ``queue_closed_exception_types`` the thread ends cleanly, and the last
+    thread to end that way runs ``close_op`` (QR5). Any other exception is an
+    error (QR6): the runner cancels its queue with it (X3), then reports it to
+    the coordinator, or, without one, logs it and keeps it in
+    :attr:`exceptions_raised`.
+
+    Args:
+        queue: the queue the ops fill (anything with ``name``, ``close()`` and
+            ``cancel(cause)``, see ``docs/queue-api.md``).
+        enqueue_ops: a non-empty list or tuple of callables; the same op
+            listed k times runs in k threads (QR2).
+        close_op: run by the last thread that ends cleanly, with the runner's
+            lock held (it must not block nor call back into the runner);
+            errors from it are ignored. Default: ``queue.close()``.
+        cancel_op: run when the coordinator stops; errors from it are
+            ignored. Default: ``queue.cancel(cause)`` with the error that
+            stopped the coordinator (``None`` for a clean stop): pending and
+            later blocking calls on the queue raise ``CancelledError``, which
+            is ``close(cancel_pending_enqueues=True)`` plus waking consumers.
+        queue_closed_exception_types: a non-empty tuple of
+            :class:`feedq.errors.FeedqError` subclasses that mean "the queue is
+            closed"; default ``(OutOfRangeError, CancelledError)`` (X7).
+
+    Raises:
+        ValueError: "Must provide queue and enqueue_ops." (QR1).
+        TypeError: an op is not callable, or ``queue_closed_exception_types``
+            is not a non-empty tuple of feedq error classes (QR1).
+    """
+
+    def __init__(
+        self,
+        queue: _Queue,
+        enqueue_ops: Sequence[_Op],
+        close_op: _Op | None = None,
+        cancel_op: _Op | None = None,
+        queue_closed_exception_types: tuple[type[FeedqError], ...] | None = None,
+    ) -> None:
+        # ``is None`` / len(), never truthiness: an empty queue may be falsy.
+        if queue is None or enqueue_ops is None:
+            raise ValueError("Must provide queue and enqueue_ops.")
+        if not isinstance(enqueue_ops, (list, tuple)):
+            raise TypeError(
+                f"enqueue_ops must be a list or tuple of callables, got {type(enqueue_ops).__name__}"
+            )
+        if len(enqueue_ops) == 0:
+            raise ValueError("Must provide queue and enqueue_ops.")
+        for i, op in enumerate(enqueue_ops):
+            if not callable(op):
+                raise TypeError(f"enqueue_ops[{i}] is not callable: {op!r}")
+        for label, fn in (("close_op", close_op), ("cancel_op", cancel_op)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{label} must be callable, got {fn!r}")
+        if queue_closed_exception_types is None:
+            queue_closed_exception_types = (OutOfRangeError, CancelledError)
+        elif (
+            not isinstance(queue_closed_exception_types, tuple)
+            or not queue_closed_exception_types
+            or not all(
+                isinstance(t, type) and issubclass(t, FeedqError)
+                for t in queue_closed_exception_types
+            )
+        ):
+            raise TypeError(
+                "queue_closed_exception_types, when provided, must be a non-empty tuple "
+                f"of feedq.errors types, but saw: {queue_closed_exception_types!r}"
+            )
+        self._queue = queue
+        self._enqueue_ops: tuple[_Op, ...] = tuple(enqueue_ops)
+        self._close_op: _Op = close_op if close_op is not None else queue.close
+        self._user_cancel_op = cancel_op
+        self._queue_closed_exception_types: tuple[type[FeedqError], ...] = (
+            queue_closed_exception_types
+        )
+        self._lock = threading.Lock()
+        # Threads of the latest create_threads() not yet ended (QR3, QR5).
+        self._live_threads = 0  # guarded by self._lock
+        self._ops_run = 0  # guarded by self._lock
+        self._exceptions: list[BaseException] = []  # guarded by self._lock
+        self._exceptions_raised: list[BaseException] = []  # guarded by self._lock
+        # Set once create_threads() has made threads: the X1 check of
+        # feedq.input's stages ("fed by a runner that was never started").
+        self._started = False  # guarded by self._lock
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def queue(self) -> _Queue:
+        """The queue the ops fill."""
+        return self._queue
+
+    @property
+    def name(self) -> str:
+        """The queue's name."""
+        return str(getattr(self._queue, "name", type(self._queue).__name__))
+
+    @property
+    def enqueue_ops(self) -> tuple[_Op, ...]:
+        """The enqueue ops, one thread each."""
+        return self._enqueue_ops
+
+    @property
+    def close_op(self) -> _Op:
+        """The op run by the last thread that ends cleanly (QR5)."""
+        return self._close_op
+
+    @property
+    def cancel_op(self) -> _Op:
+        """The op run when the coordinator stops (QR7)."""
+        if self._user_cancel_op is not None:
+            return self._user_cancel_op
+        return self._queue.cancel
+
+    @property
+    def queue_closed_exception_types(self) -> tuple[type[FeedqError], ...]:
+        """Exception types that end a runner thread cleanly (QR5, X7)."""
+        return self._queue_closed_exception_types
+
+    @property
+    def exceptions_raised(self) -> list[BaseException]:
+        """Errors of the latest threads, recorded when there was no coordinator (QR6)."""
+        with self._lock:
+            return list(self._exceptions_raised)
+
+    @property
+    def started(self) -> bool:
+        """True once :meth:`create_threads` has made threads for this runner."""
+        return self._started
+
+    def statistics(self) -> QueueRunnerStatistics:
+        """Threads alive, ops run and errors of the latest threads."""
+        with self._lock:
+            return QueueRunnerStatistics(
+                threads_alive=self._live_threads,
+                ops_run=self._ops_run,
+                exceptions=tuple(self._exceptions),
+            )
+
+    def __repr__(self) -> str:
+        return f"QueueRunner(queue={self.name!r}, enqueue_ops={len(self._enqueue_ops)})"
+
+    # -- threads ------------------------------------------------------------------
+
+    def create_threads(
+        self, coord: Coordinator | None = None, daemon: bool = False, start: bool = False
+    ) -> list[threading.Thread]:
+        """Create (and optionally start) one thread per enqueue op (QR2, QR3).
+
+        Threads are named ``QueueRunnerThread-<queue name>-<op name>`` (the
+        op's ``__name__``). With a coordinator, the threads are registered
+        with it, and a stop callback runs the cancel op when it stops; if it
+        is already stopped the cancel op runs now and the threads end
+        without calling their op (QR4).
+
+        Args:
+            coord: the coordinator, or ``None``.
+            daemon: make the threads daemons.
+            start: start the threads before returning them.
+
+        Returns:
+            The threads; ``[]`` if threads of an earlier call have not all
+            ended yet (QR3), in which case nothing is created or started.
+        """
+        with self._lock:
+            if self._live_threads > 0:
+                return []
+            self._live_threads = len(self._enqueue_ops)
+            self._started = True
+            self._ops_run = 0
+            self._exceptions = []
+            self._exceptions_raised = []
+        threads = [
+            threading.Thread(
+                target=self._run,
+                args=(op, coord),
+                name=f"QueueRunnerThread-{self.name}-{_op_name(op)}",
+                daemon=daemon,
+            )
+            for op in self._enqueue_ops
+        ]
+        if coord is not None:
+            for t in threads:
+                coord.register_thread(t)  # before start: its end wakes coord.join()
+            # Replaces TF1's close_on_stop thread (QR7, X5). Idempotent per
+            # coordinator: the same bound method is not added twice.
+            coord.add_stop_callback(self._on_stop)
+        if start:
+            for t in threads:
+                t.start()
+        return threads
+
+    def _on_stop(self, cause: BaseException | None) -> None:
+        """Stop callback: run the cancel op (QR7); its errors are ignored."""
+        try:
+            if self._user_cancel_op is not None:
+                self._user_cancel_op()
+            else:
+                self._queue.cancel(cause)
+        except Exception:  # noqa: BLE001 - errors of close/cancel ops are ignored (QR5, QR7)
+            _LOG.debug("Ignored exception from the cancel op of %r", self, exc_info=True)
+
+    def _run(self, op: _Op, coord: Coordinator | None) -> None:
+        """Body of a runner thread (QR4–QR6)."""
+        ended = False
+        try:
+            while not (coord is not None and coord.should_stop()):
+                try:
+                    op()
+                except self._queue_closed_exception_types as exc:
+                    ended = True
+                    self._end_on_closed(exc)
+                    return
+                # One lock acquisition per op: ops move blocks, not records,
+                # so this costs little and keeps statistics() exact.
+                with self._lock:
+                    self._ops_run += 1
+        except Exception as exc:  # noqa: BLE001 - QR6: any other exception is an error
+            self._end_on_error(exc, coord)
+        finally:
+            # Every thread ends through here, whatever the reason (QR5).
+            if not ended:
+                with self._lock:
+                    self._live_threads -= 1
+
+    def _end_on_closed(self, exc: FeedqError) -> None:
+        """A queue is closed: end this thread cleanly (QR5, X7).
+
+        If the closed-queue error was caused by a real error (an upstream
+        queue cancelled by a failing runner), pass the cancellation on to our
+        own queue with that cause instead of closing it as if the data had
+        ended (X3).
+        """
+        cause = exc.__cause__
+        if cause is not None and not isinstance(cause, self._queue_closed_exception_types):
+            _LOG.debug("QueueRunner %r: cancelled because of %r", self.name, cause)
+            try:
+                self._queue.cancel(cause)
+            except Exception:  # noqa: BLE001 - errors of close/cancel ops are ignored (QR5, QR7)
+                _LOG.debug("Ignored exception from cancel of %r", self, exc_info=True)
+            with self._lock:
+                self._live_threads -= 1
+            return
+        # close_op runs under the lock, so a create_threads() racing with the
+        # last thread's end cannot start threads that the close then hits.
+        with self._lock:
+            self._live_threads -= 1
+            if self._live_threads == 0:
+                try:
+                    self._close_op()
+                except Exception:  # noqa: BLE001 - errors of close/cancel ops are ignored (QR5, QR7)
+                    _LOG.debug("Ignored exception from the close op of %r", self, exc_info=True)
+
+    def _end_on_error(self, exc: Exception, coord: Coordinator | None) -> None:
+        """An enqueue op failed: make sure consumers and the coordinator see it (QR6, X3)."""
+        with self._lock:
+            self._exceptions.append(exc)
+            if coord is None:
+                self._exceptions_raised.append(exc)
+        # First cancel our queue with the error as cause: consumers blocked on
+        # it raise CancelledError chained from it, not OutOfRange (X3).
+        try:
+            self._queue.cancel(exc)
+        except Exception:  # noqa: BLE001 - errors of close/cancel ops are ignored (QR5, QR7)
+            _LOG.debug("Ignored exception from cancel of %r", self, exc_info=True)
+        if coord is None:
+            _LOG.error("Exception in QueueRunner: %s", exc, exc_info=exc)
+            return
+        try:
+            coord.request_stop(exc)
+        except Exception:  # noqa: BLE001 - C8: request_stop re-raises exc after join()
+            # The coordinator was already joined (C8): nobody else will see it.
+            _LOG.error("Exception in QueueRunner after Coordinator.join(): %s", exc, exc_info=exc)
+
+
+# -- collections ---------------------------------------------------------------------
+
+_collections_lock = threading.Lock()
+_collections: dict[str, list[QueueRunner]] = {}  # guarded by _collections_lock
+
+
+def add_queue_runner(qr: QueueRunner, collection: str = QUEUE_RUNNERS) -> None:
+    """Add ``qr`` to a process-wide runner collection (QR12).
+
+    Every input producer and batching function adds exactly one runner.
+
+    Args:
+        qr: the runner.
+        collection: the collection's name.
+
+    Raises:
+        TypeError: ``qr`` is not a QueueRunner.
+    """
+    if not isinstance(qr, QueueRunner):
+        raise TypeError(f"qr must be a QueueRunner, got {qr!r}")
+    with _collections_lock:
+        _collections.setdefault(collection, []).append(qr)
+
+
+def get_queue_runners(collection: str = QUEUE_RUNNERS) -> list[QueueRunner]:
+    """The runners in ``collection``, in the order they were added (a copy)."""
+    with _collections_lock:
+        return list(_collections.get(collection, ()))
+
+
+def clear_queue_runners(collection: str | None = None) -> None:
+    """Forget the runners of ``collection``, or of every collection if ``None``."""
+    with _collections_lock:
+        if collection is None:
+            _collections.clear()
+        else:
+            _collections.pop(collection, None)
+
+
+def start_queue_runners(
+    coord: Coordinator | None = None,
+    daemon: bool = True,
+    start: bool = True,
+    collection: str = QUEUE_RUNNERS,
+) -> list[threading.Thread]:
+    """Create threads for every runner in ``collection`` (QR12).
+
+    Note that ``daemon`` defaults to True here but False in
+    :meth:`QueueRunner.create_threads`, as in TF1.
+
+    Args:
+        coord: the coordinator for every runner, or ``None``.
+        daemon: make the threads daemons.
+        start: start the threads.
+        collection: the collection's name.
+
+    Returns:
+        All threads created, concatenated in runner order; ``[]`` with a
+        ``UserWarning`` when the collection is empty.
+    """
+    runners = get_queue_runners(collection)
+    if not runners:
+        warnings.warn(
+            f"start_queue_runners() was called but the collection {collection!r} holds "
+            "no queue runners.",
+            stacklevel=2,
+        )
+        return []
+    threads: list[threading.Thread] = []
+    for qr in runners:
+        threads.extend(qr.create_threads(coord, daemon=daemon, start=start))
+    return threads
