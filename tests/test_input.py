@@ -473,3 +473,39 @@ def test_stop_mid_epoch_accounting() -> None:
                 break
         pipe.stop()
     assert len(set(got)) == len(got) and set(got) <= set(range(10_000))
+
+
+CTRL_C_SCRIPT = r"""
+import sys, numpy as np, feedq
+try:
+    with feedq.Pipeline() as pipe:
+        s = feedq.slice_input_producer([np.arange(1000)], num_epochs=None)
+        b = feedq.shuffle_batch(s, 32, capacity=500, min_after_dequeue=100, num_threads=2)
+        for i, x in enumerate(b):
+            if i == 10:
+                print("running", flush=True)
+except KeyboardInterrupt:
+    alive = [t.name for t in pipe.threads if t.is_alive()]
+    print("stopped cleanly", alive, flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_stops_cleanly() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "running"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "stopped cleanly []" in out
