@@ -1,0 +1,457 @@
+"""The ``feedq`` command: ``demo``, ``bench``, ``make-data``, ``inspect``.
+
+Errors print as one line (``feedq: error: ...``) with exit status 1, or a
+traceback with ``--debug``. Ctrl-C stops a running pipeline cleanly and
+prints what was measured so far (exit status 130).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from . import __version__
+from ._datasets import FIXED_RECORD_BYTES, FORMATS, detect_format, make_dataset
+
+__all__ = ["main"]
+
+
+class _Ctx:
+    debug = False
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"feedq: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _guard(fn: Callable[[], int | None]) -> None:
+    """Run a command body: one-line errors, clean Ctrl-C."""
+    try:
+        code = fn()
+    except KeyboardInterrupt:
+        click.echo("\nfeedq: interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit:
+        raise
+    except (click.ClickException, click.exceptions.Abort):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the CLI's one-line error contract
+        if _Ctx.debug:
+            raise
+        text = str(exc) or type(exc).__name__
+        _fail(f"{type(exc).__name__}: {text}".splitlines()[0])
+    sys.exit(code or 0)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="feedq")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+def main(debug: bool) -> None:
+    """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
+
+    Run `feedq demo` to see a pipeline train a small model on sample data,
+    `feedq bench FILES...` to measure reading your own data.
+    """
+    _Ctx.debug = debug
+
+
+# -- make-data -----------------------------------------------------------------------------
+
+
+@main.command("make-data")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tfrecord", show_default=True)
+@click.option("--records", type=click.IntRange(min=0), default=100_000, show_default=True)
+@click.option("--files", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--compression", type=click.Choice(["none", "gzip", "zlib"], case_sensitive=False), default="none",
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def make_data(out: str, fmt: str, records: int, files: int, compression: str, seed: int) -> None:
+    """Write a synthetic dataset (the benchmark layouts) into OUT.
+
+    csv: 8 floats + int label; tfrecord: Example {x: 32 floats, label: int64};
+    fixed: 132-byte records (32 float32 + int32); parquet: x0..x7 + label;
+    lines: text lines.
+    """
+    def body() -> None:
+        comp = None if compression.lower() == "none" else compression.upper()
+        if comp and fmt == "parquet":
+            comp = "snappy" if comp == "GZIP" else comp
+        t0 = time.perf_counter()
+        paths = make_dataset(out, fmt, records, files=files, compression=comp, seed=seed)
+        size = sum(os.path.getsize(p) for p in paths)
+        click.echo(f"wrote {records:,} {fmt} records in {len(paths)} files, {size / 1e6:,.1f} MB, "
+                   f"to {out} ({time.perf_counter() - t0:.1f} s)")
+
+    _guard(body)
+
+
+# -- inspect -------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("file", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Override detection.")
+@click.option("--compression", type=click.Choice(["none", "gzip", "zlib"], case_sensitive=False), default=None)
+@click.option("--head", type=click.IntRange(min=0), default=3, show_default=True, help="Records to show.")
+@click.option("--record-bytes", type=click.IntRange(min=1), default=FIXED_RECORD_BYTES, show_default=True,
+              help="Record size of fixed-length files.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def inspect(file: str, fmt: str | None, compression: str | None, head: int, record_bytes: int,
+            as_json: bool) -> None:
+    """Count records, show the first ones and the inferred schema of FILE."""
+    def body() -> None:
+        from ._bench import infer_schema
+
+        f, comp = _format_of([file], fmt, compression)
+        schema = infer_schema(file, f, comp, record_bytes)
+        count, first = _scan(file, f, comp, schema, head)
+        report: dict[str, Any] = {
+            "file": file, "format": f, "compression": comp, "records": count,
+            "schema": {n: _dtype_name(d) + (str(list(s)) if s else "") for n, d, s in
+                       zip(schema.names, schema.dtypes, schema.shapes)},
+            "info": schema.info, "first_records": first,
+        }
+        if as_json:
+            click.echo(json.dumps(report, indent=2, default=str))
+            return
+        click.echo(f"{file}: {f}{' (' + comp + ')' if comp else ''}, {count:,} records")
+        click.echo("schema:")
+        for n, t in report["schema"].items():
+            click.echo(f"  {n}: {t}")
+        for k, v in schema.info.items():
+            if k not in ("columns",):
+                click.echo(f"  {k}: {v}")
+        if first:
+            click.echo(f"first {len(first)} records:")
+            for r in first:
+                click.echo(f"  {r}")
+
+    _guard(body)
+
+
+def _dtype_name(d: Any) -> str:
+    return "string" if d in (str, bytes, object) else np.dtype(d).name
+
+
+def _scan(file: str, fmt: str, comp: str | None, schema: Any, head: int) -> tuple[int, list[str]]:
+    """Count records by reading the whole file once; keep the first ``head``."""
+    from . import FIFOQueue
+    from ._bench import make_reader
+
+    q = FIFOQueue(1, str, shapes=[[]])
+    q.enqueue(file)
+    q.close()
+    reader = make_reader(schema, "raise")
+    count = 0
+    first: list[str] = []
+    while True:
+        try:
+            block = reader.read_block(q, 65536)
+        except Exception as exc:  # noqa: BLE001
+            if type(exc).__name__ == "OutOfRangeError":
+                break
+            raise
+        n = len(block)
+        if len(first) < head:
+            if fmt == "parquet":
+                vals = block.values()
+                for i in range(min(n, head - len(first))):
+                    first.append(str({k: _short(v[i]) for k, v in vals.items()}))
+            else:
+                keys, values = block.keys(), block.values()
+                for i in range(min(n, head - len(first))):
+                    first.append(f"{keys[i].decode(errors='replace')}: {_short(values[i])}")
+        count += n
+    return count, first
+
+
+def _short(v: Any, limit: int = 80) -> str:
+    text = repr(v)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- bench ---------------------------------------------------------------------------------
+
+
+def _format_of(paths: list[str], fmt: str | None, compression: str | None) -> tuple[str, str | None]:
+    comp_opt = None if compression is None else (None if compression.lower() == "none" else compression.upper())
+    if fmt is not None:
+        if compression is None:
+            _, comp_guess = detect_format(paths[0]) if fmt != "fixed" else (fmt, None)
+            return fmt, comp_guess
+        return fmt, comp_opt
+    found = {detect_format(p) for p in paths}
+    if len(found) > 1:
+        raise click.UsageError(f"files of different formats: {sorted(found)}; pass --format")
+    f, comp = found.pop()
+    return f, comp_opt if compression is not None else comp
+
+
+def _print_table(result: Any, title: str) -> None:
+    r = result
+    rows = [
+        ("format", r.format),
+        ("files", f"{r.files}"),
+        ("records", f"{r.records:,}"),
+        ("batches", f"{r.batches:,}"),
+        ("seconds", f"{r.seconds:.2f}"),
+        ("records/s", f"{r.records_per_s:,.0f}"),
+        ("MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
+        ("consumer waiting", f"{100 * r.consumer_wait_fraction:.1f} %"),
+        ("batch queue fill (mean / max)", f"{100 * r.batch_queue_fill_mean:.0f} % / {100 * r.batch_queue_fill_max:.0f} %"),
+        ("filename queue fill (mean)", f"{100 * r.filename_queue_fill_mean:.0f} %"),
+        ("skipped bad records/files", f"{r.skipped_errors:,}"),
+        ("stopped by", r.stopped_by),
+    ]
+    rows += [(k, str(v)) for k, v in r.extra.items()]
+    width = max(len(k) for k, _ in rows)
+    click.echo(title)
+    for k, v in rows:
+        click.echo(f"  {k.ljust(width)}  {v}")
+
+
+def _progress_printer(enabled: bool) -> Callable[[Any], None] | None:
+    if not enabled:
+        return None
+
+    def show(r: Any) -> None:
+        click.echo(f"\r  {r.records:>12,} records  {r.records_per_s:>12,.0f} rec/s  {r.mb_per_s:>8,.1f} MB/s  "
+                   f"queue {100 * r.batch_queue_fill_mean:3.0f}% full  {r.seconds:6.1f} s", nl=False, err=True)
+
+    return show
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Override detection from extension / magic bytes.")
+@click.option("--compression", type=click.Choice(["none", "gzip", "zlib"], case_sensitive=False), default=None)
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--readers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Reader objects, each with its own thread(s).")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Threads per reader (reads are serialised per reader; decoding runs in parallel).")
+@click.option("--shuffle/--no-shuffle", default=False, show_default=True,
+              help="Shuffle file order and records (shuffle_batch_join).")
+@click.option("--min-after-dequeue", type=click.IntRange(min=0), default=1000, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--device", default=None, help="Deliver batches to a device (e.g. cpu, cuda:0).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop after seconds.")
+@click.option("--records", "max_records", type=click.IntRange(min=1), default=None, help="Stop after records.")
+@click.option("--record-bytes", type=click.IntRange(min=1), default=FIXED_RECORD_BYTES, show_default=True,
+              help="Record size of fixed-length files.")
+@click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise", show_default=True,
+              help="skip: count and log bad records/files and go on.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
+def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
+          threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
+          duration: float | None, max_records: int | None, record_bytes: int, on_error: str, as_json: bool,
+          progress: bool | None) -> None:
+    """Measure reading PATHS (files or folders) into decoded batches."""
+    def body() -> int:
+        from ._bench import infer_schema, run_bench
+
+        files = _expand(list(paths))
+        f, comp = _format_of(files, fmt, compression)
+        schema = infer_schema(files[0], f, comp, record_bytes)
+        consume = _device_consumer(device)
+        show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
+        result = run_bench(files, schema, batch_size=batch_size, readers=readers, threads=threads,
+                           shuffle=shuffle, min_after_dequeue=min_after_dequeue, epochs=epochs,
+                           duration=duration, max_records=max_records, on_error=on_error,
+                           consume=consume, progress=show)
+        if device:
+            result.extra["device"] = device
+        if show is not None:
+            click.echo("", err=True)
+        if as_json:
+            click.echo(json.dumps(result.as_dict(), indent=2))
+        else:
+            _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
+        return 130 if result.stopped_by == "interrupted" else 0
+
+    _guard(body)
+
+
+def _expand(paths: list[str]) -> list[str]:
+    files: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(str(x) for x in path.iterdir() if x.is_file() and not x.name.startswith("."))
+            if not found:
+                raise click.UsageError(f"{p}: folder holds no files")
+            files.extend(found)
+        elif path.exists():
+            files.append(p)
+        else:
+            from .errors import NotFoundError
+
+            raise NotFoundError(f"{p}; No such file or directory")
+    return files
+
+
+def _device_consumer(device: str | None) -> Callable[[Any], None] | None:
+    if not device or device == "cpu":
+        return None
+    try:
+        import torch
+    except ImportError:
+        raise click.UsageError(f'--device {device} needs torch: pip install "feedq[torch]"') from None
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise click.UsageError(f"--device {device}: CUDA is not available on this machine")
+
+    def to_device(batch: Any) -> None:
+        cols = batch if isinstance(batch, list) else [batch]
+        for c in cols:
+            if isinstance(c, np.ndarray) and c.dtype != object:
+                torch.from_numpy(c).to(dev, non_blocking=True)
+
+    return to_device
+
+
+# -- demo ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--dir", "folder", type=click.Path(file_okay=False), default=None,
+              help="Where to write the sample data (default: a temporary folder).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="Seconds to train.")
+@click.option("--records", type=click.IntRange(min=1000), default=50_000, show_default=True,
+              help="Sample records per format.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
+def demo(folder: str | None, duration: float, records: int, batch_size: int, progress: bool | None) -> None:
+    """Make sample data (CSV, TFRecord, fixed-length) and train a tiny model on it.
+
+    The pipeline: string_input_producer -> readers -> shuffle_batch -> model
+    (PyTorch when installed, else NumPy), for --duration seconds.
+    """
+    def body() -> int:
+        with tempfile.TemporaryDirectory(prefix="feedq-demo-") as tmp:
+            root = Path(folder) if folder else Path(tmp)
+            return _demo(root, duration, records, batch_size,
+                         sys.stderr.isatty() if progress is None else progress)
+
+    _guard(body)
+
+
+def _demo(root: Path, duration: float, records: int, batch_size: int, progress: bool) -> int:
+    from ._bench import infer_schema, run_bench
+
+    click.echo(f"feedq demo: writing {records:,} sample records per format to {root}")
+    sets = {
+        "csv": make_dataset(root / "csv", "csv", records, files=4),
+        "tfrecord": make_dataset(root / "tfrecord", "tfrecord", records, files=4),
+        "fixed": make_dataset(root / "fixed", "fixed", records, files=4),
+    }
+    model = _TinyModel()
+    click.echo(f"model: {model.kind} logistic regression on the features; label = class {model.target}")
+    per = duration / len(sets)
+    code = 0
+    for fmt, paths in sets.items():
+        schema = infer_schema(paths[0], fmt, None, FIXED_RECORD_BYTES)
+        show = _progress_printer(progress)
+        result = run_bench(paths, schema, batch_size=batch_size, readers=2, shuffle=True,
+                           min_after_dequeue=2000, epochs=None, duration=per,
+                           consume=lambda b, fmt=fmt: model.step(fmt, b), progress=show)
+        if show is not None:
+            click.echo("", err=True)
+        result.extra["model loss (last)"] = f"{model.last_loss:.4f}"
+        result.extra["train steps"] = f"{model.steps_by.get(fmt, 0):,}"
+        _print_table(result, f"\n{fmt}: string_input_producer -> 2 readers -> shuffle_batch({batch_size}) -> model")
+        if result.stopped_by == "interrupted":
+            code = 130
+            break
+    click.echo(f"\ndone: {model.steps:,} training steps; loss went from {model.first_loss:.4f} "
+               f"to {model.last_loss:.4f}")
+    return code
+
+
+class _TinyModel:
+    """Logistic regression on whatever features a format gives: PyTorch when
+    installed (zero-copy torch.from_numpy), NumPy otherwise."""
+
+    def __init__(self) -> None:
+        self.target = 3
+        self.steps = 0
+        self.first_loss = float("nan")
+        self.last_loss = float("nan")
+        self.params: dict[str, Any] = {}
+        self.steps_by: dict[str, int] = {}
+        try:
+            import torch
+
+            self.torch: Any = torch
+            self.kind = "PyTorch"
+            # A tiny model gains nothing from intra-op threads, and their
+            # spinning starves the reader threads on small machines.
+            torch.set_num_threads(1)
+            # Warm up (thread pools, first-call costs) before anything is timed.
+            net = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            net(torch.zeros(2, 4)).sum().backward()
+            opt.step()
+        except ImportError:
+            self.torch = None
+            self.kind = "NumPy"
+
+    @staticmethod
+    def _features(fmt: str, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        if fmt == "csv":
+            *xs, label = batch
+            return np.stack(xs, axis=1).astype(np.float32), np.asarray(label)
+        if fmt == "tfrecord":
+            label, x = batch  # sorted feature names: label, x
+            return x, label
+        rec = batch  # fixed: [n, 132] uint8
+        x = np.ascontiguousarray(rec[:, :128]).view("<f4")
+        label = np.ascontiguousarray(rec[:, 128:132]).view("<i4")[:, 0]
+        return x, label
+
+    def step(self, fmt: str, batch: Any) -> None:
+        x, label = self._features(fmt, batch)
+        y = (label == self.target).astype(np.float32)
+        if self.torch is not None:
+            torch = self.torch
+            if fmt not in self.params:
+                self.params[fmt] = torch.nn.Linear(x.shape[1], 1)
+                self.params[fmt + "/opt"] = torch.optim.SGD(self.params[fmt].parameters(), lr=0.5)
+            net, opt = self.params[fmt], self.params[fmt + "/opt"]
+            logits = net(torch.from_numpy(x)).squeeze(1)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(y))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            value = float(loss.detach())
+        else:
+            w = self.params.setdefault(fmt, np.zeros(x.shape[1] + 1, np.float32))
+            z = x @ w[:-1] + w[-1]
+            p = 1 / (1 + np.exp(-z))
+            value = float(-np.mean(y * np.log(p + 1e-7) + (1 - y) * np.log(1 - p + 1e-7)))
+            g = p - y
+            w[:-1] -= 0.5 * (x.T @ g) / len(y)
+            w[-1] -= 0.5 * g.mean()
+        if self.steps == 0:
+            self.first_loss = value
+        self.last_loss = value
+        self.steps += 1
+        self.steps_by[fmt] = self.steps_by.get(fmt, 0) + 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
