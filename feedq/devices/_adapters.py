@@ -1,0 +1,177 @@
+"""Framework adapters: a torch ``IterableDataset``, a ``tf.data.Dataset``, CuPy arrays.
+
+Each adapter imports its framework on first call; a missing one raises
+:class:`MissingExtraError` naming the pip extra.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from feedq.errors import FailedPreconditionError
+
+from ._extras import require
+from ._feeder import DeviceFeeder, _Structure
+from ._spec import DeviceLike, DeviceSpec
+
+__all__ = ["as_tf_dataset", "as_torch_dataset", "tf_signature", "to_cupy"]
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_dataset_class() -> type:
+    torch = require("torch", "feedq.as_torch_dataset")
+
+    class FeedqIterableDataset(torch.utils.data.IterableDataset):  # type: ignore[misc,name-defined]
+        """A torch ``IterableDataset`` whose every ``__iter__`` runs a DeviceFeeder.
+
+        Use with ``DataLoader(ds, batch_size=None)`` (feedq already batches) and
+        ``num_workers=0``: the feeder has its own thread, and a feedq queue
+        lives in this process, so a worker process would read a copy of it.
+        """
+
+        def __init__(self, source: Any, feeder_kwargs: dict[str, Any]) -> None:
+            super().__init__()
+            self.source = source
+            self.feeder_kwargs = feeder_kwargs
+
+        def __iter__(self) -> Iterator[Any]:
+            if torch.utils.data.get_worker_info() is not None:
+                raise FailedPreconditionError(
+                    "a feedq dataset must be read in the main process: use "
+                    "DataLoader(ds, batch_size=None, num_workers=0)")
+            feeder = DeviceFeeder(self.source, **self.feeder_kwargs)
+            try:
+                yield from feeder
+            finally:
+                feeder.close()
+
+    FeedqIterableDataset.__module__ = "feedq.devices"
+    return FeedqIterableDataset
+
+
+def as_torch_dataset(source: Any, batch_size: int | None = None, *,
+                     device: DeviceLike = "cpu", **feeder_kwargs: Any) -> Any:
+    """Wraps a queue or an iterable of batches as a torch ``IterableDataset``.
+
+    Each iteration (each epoch) runs a :class:`DeviceFeeder` with
+    ``output="torch"``: host batches become tensors through
+    ``torch.from_numpy`` (no copy), GPU batches arrive through pinned memory.
+    Iterating a queue again continues where the last epoch stopped; iterating
+    an iterable again calls its ``__iter__`` (a generator is exhausted once).
+
+    Usage::
+
+        ds = feedq.as_torch_dataset(queue, batch_size=32)
+        for x, y in torch.utils.data.DataLoader(ds, batch_size=None):
+            ...
+
+    Args:
+        source: a feedq queue or an iterable of batches.
+        batch_size: rows per batch (queues only).
+        device: where the tensors go; ``"cpu"`` by default.
+        **feeder_kwargs: more :class:`DeviceFeeder` arguments (``prefetch``,
+            ``allow_smaller_final_batch``, ``replicas``, ``mode``...).
+
+    Raises:
+        MissingExtraError: torch is not installed.
+    """
+    kwargs = dict(feeder_kwargs, batch_size=batch_size, output="torch")
+    if "replicas" not in kwargs:
+        kwargs["device"] = device
+    return _torch_dataset_class()(source, kwargs)
+
+
+def tf_signature(queue: Any, batch_size: int | None = None) -> Any:
+    """The output structure of a queue's batches as ``(dtype, shape)`` pairs.
+
+    The leading dimension is ``batch_size`` (``None`` for "any", as with
+    ``allow_smaller_final_batch``). Strings are ``np.dtype(object)``.
+    The structure is the queue's: one pair, a tuple of pairs, or a dict.
+    """
+    structure = _Structure.of_queue(queue)
+    pairs = [(np.dtype(dt), (batch_size, *shape))
+             for dt, shape in zip(queue.dtypes, queue.shapes)]
+    if structure.kind == "list":
+        return tuple(pairs)
+    return structure.pack(pairs)
+
+
+def as_tf_dataset(source: Any, batch_size: int | None = None, *,
+                  output_signature: Any = None, **feeder_kwargs: Any) -> Any:
+    """A ``tf.data.Dataset`` of the source's batches (NumPy through a host feeder).
+
+    For a queue the output signature comes from its dtypes and shapes (the
+    batch dimension is ``None`` with ``allow_smaller_final_batch``); for an
+    iterable pass ``output_signature`` as ``tf.data.Dataset.from_generator``
+    expects it. TensorFlow copies each batch into its own tensors.
+
+    Raises:
+        MissingExtraError: TensorFlow is not installed.
+        ValueError: an iterable source without ``output_signature``.
+    """
+    tf = require("tensorflow", "feedq.as_tf_dataset")
+    is_queue = hasattr(source, "dequeue_many") and hasattr(source, "dtypes")
+    if output_signature is None:
+        if not is_queue:
+            raise ValueError("an iterable source needs output_signature=")
+        rows = None if feeder_kwargs.get("allow_smaller_final_batch") else batch_size
+        sig = tf_signature(source, rows)
+
+        def spec(pair: tuple[np.dtype[Any], tuple[int | None, ...]]) -> Any:
+            dtype = tf.string if pair[0].kind == "O" else tf.as_dtype(pair[0])
+            return tf.TensorSpec(shape=pair[1], dtype=dtype)
+
+        if isinstance(sig, Mapping):
+            output_signature = {k: spec(v) for k, v in sig.items()}
+        elif isinstance(sig, tuple) and sig and isinstance(sig[0], tuple):
+            output_signature = tuple(spec(p) for p in sig)
+        else:
+            output_signature = spec(sig)
+
+    def generate() -> Iterator[Any]:
+        feeder = DeviceFeeder(source, batch_size, device="cpu", output="numpy",
+                              **feeder_kwargs)
+        try:
+            for batch in feeder:
+                yield tuple(batch) if isinstance(batch, list) else batch
+        finally:
+            feeder.close()
+
+    return tf.data.Dataset.from_generator(generate, output_signature=output_signature)
+
+
+def to_cupy(batch: Any, device: DeviceLike = None) -> Any:
+    """Turns a batch's arrays into CuPy arrays, without a copy where possible.
+
+    CUDA torch tensors (and anything with ``__dlpack__`` on a GPU) go through
+    DLPack, no copy; NumPy arrays are copied to ``device`` (default: CuPy's
+    current device). The structure (array, list, tuple, dict) is kept; string
+    arrays stay NumPy.
+
+    Raises:
+        MissingExtraError: CuPy is not installed.
+    """
+    cupy = require("cupy", "feedq.to_cupy")
+    spec = DeviceSpec.parse(device)
+    if spec.device_type not in (None, "GPU"):
+        raise ValueError(f"CuPy arrays live on a GPU, not {spec}")
+
+    def convert(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            if x.dtype.kind == "O":
+                return x
+            if spec.device_index is None:
+                return cupy.asarray(x)
+            with cupy.cuda.Device(spec.device_index):
+                return cupy.asarray(x)
+        return cupy.from_dlpack(x)
+
+    if isinstance(batch, Mapping):
+        return {k: convert(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(convert(v) for v in batch)
+    return convert(batch)

@@ -1,0 +1,577 @@
+"""The reader base class (R1-R9) and :class:`RecordBlock`, the batch-first unit.
+
+A reader is a cursor over work units (filenames) pulled from a queue. The
+primitive is :meth:`ReaderBase.read_block`: it returns up to ``n`` records of
+ONE file as a :class:`RecordBlock` -- one contiguous buffer plus record
+offsets -- so decoders can turn a whole block into columns without making a
+Python object per record (X10). ``read`` and ``read_up_to`` (the TF1 API) are
+built on it and materialise keys and values as NumPy object arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+import numpy as np
+
+from feedq.errors import DataLossError, FeedqError, InvalidArgumentError, NotFoundError
+from feedq.readers._io import ByteStream
+
+__all__ = ["RecordBlock", "ReaderBase", "FilenameQueue", "OnError", "DEFAULT_BLOCK_BYTES"]
+
+logger = logging.getLogger("feedq.readers")
+
+OnError = Literal["raise", "skip"]
+
+#: Default bytes a reader buffers per block; memory per reader stays near this
+#: (plus one record larger than it), whatever the file size.
+DEFAULT_BLOCK_BYTES = 4 << 20
+#: Upper bound accepted for ``block_bytes`` (the issue's per-reader budget).
+MAX_BLOCK_BYTES = 16 << 20
+
+
+class FilenameQueue(Protocol):
+    """What a reader needs from a queue: ``dequeue`` of one scalar string (R1)."""
+
+    def dequeue(self, timeout: float | None = None) -> Any: ...
+
+
+@dataclass(frozen=True, eq=False)
+class RecordBlock:
+    """Up to ``n`` consecutive records of one work unit, without per-record objects.
+
+    Record ``i`` is ``data[starts[i]:ends[i]]``; its key is
+    ``work_unit + b":" + str(key_ids[i])`` (line number, record index, byte
+    offset or row, depending on the reader). For fixed-length records,
+    ``fixed`` is a ``[k, record_bytes]`` uint8 array (a view of ``data`` when
+    the records are contiguous), which ``decode_raw`` turns into numbers with
+    no per-record loop. For text lines, ``span`` is the byte range of ``data``
+    holding exactly these lines (newlines included), which ``decode_csv``
+    hands to pyarrow in one call.
+
+    Attributes:
+        work_unit: the filename the records come from, as dequeued (bytes).
+        data: the buffer holding the records (read-only bytes).
+        starts: int64 ``[k]`` record starts in ``data``.
+        ends: int64 ``[k]`` record ends in ``data`` (exclusive).
+        key_ids: int64 ``[k]`` the numbers in the keys.
+        fixed: ``[k, L]`` uint8 array when every record has length ``L``, or None.
+        span: ``(start, end)`` of the lines in ``data`` (text blocks only), or None.
+    """
+
+    work_unit: bytes
+    data: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    key_ids: np.ndarray
+    fixed: np.ndarray | None = None
+    span: tuple[int, int] | None = None
+    bare_keys: bool = False
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.starts.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64 ``[k]`` record lengths."""
+        return self.ends - self.starts
+
+    def keys(self) -> np.ndarray:
+        """The keys as a ``[k]`` object array of bytes (``b"file:id"``)."""
+        if self.bare_keys:
+            # WholeFileReader: the key is the work unit exactly (R15).
+            return _object_array([self.work_unit] * len(self))
+        prefix = self.work_unit + b":"
+        return _object_array([prefix + b"%d" % i for i in self.key_ids.tolist()])
+
+    def values(self) -> np.ndarray:
+        """The records as a ``[k]`` object array of bytes."""
+        cached = self._cache.get("values")
+        if cached is None:
+            if self.fixed is not None and self.fixed.shape[1] == 0:
+                cached = _object_array([b""] * len(self))
+            elif self.fixed is not None:
+                buf = self.fixed.tobytes()
+                width = self.fixed.shape[1]
+                cached = _object_array([buf[i : i + width] for i in range(0, len(buf), width)])
+            else:
+                d = self.data
+                cached = _object_array(
+                    [d[s:e] for s, e in zip(self.starts.tolist(), self.ends.tolist())]
+                )
+            self._cache["values"] = cached
+        return cached
+
+    @staticmethod
+    def concatenate(blocks: list[RecordBlock]) -> RecordBlock:
+        """Join blocks of the same work unit into one (copies the records)."""
+        if len(blocks) == 1:
+            return blocks[0]
+        lengths = np.concatenate([b.lengths for b in blocks])
+        data = b"".join(
+            b.data[int(b.starts[0]) : int(b.ends[-1])] if _dense(b) else b"".join(b.values())
+            for b in blocks
+        )
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        fixed = None
+        if all(b.fixed is not None for b in blocks) and len({b.fixed.shape[1] for b in blocks}) == 1:  # type: ignore[union-attr]
+            fixed = np.concatenate([b.fixed for b in blocks])  # type: ignore[misc]
+        return RecordBlock(
+            blocks[0].work_unit,
+            data,
+            starts,
+            ends,
+            np.concatenate([b.key_ids for b in blocks]),
+            fixed=fixed,
+        )
+
+
+def _dense(b: RecordBlock) -> bool:
+    # True when the records are back to back in b.data (no separators).
+    if len(b) == 0:
+        return True
+    return bool(np.all(b.starts[1:] == b.ends[:-1]))
+
+
+def _object_array(items: list[bytes]) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+def _empty_block(work_unit: bytes) -> RecordBlock:
+    z = np.zeros(0, dtype=np.int64)
+    return RecordBlock(work_unit, b"", z, z, z)
+
+
+class _SkipFile(Exception):
+    """Internal: a per-file error to raise or skip; ``resume`` = offset to go on from."""
+
+    def __init__(self, error: FeedqError, offset: int | None, resume: int | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.offset = offset
+        self.resume = resume
+
+
+class ReaderBase:
+    """Common machinery of every reader: work units, counters, errors, state.
+
+    A reader holds one current work unit and dequeues the next only when the
+    current one is exhausted (R1); calls on one reader are serialised by a
+    lock, parallel reading uses several readers. End of file never surfaces:
+    a read that hits it moves on to the next file in the same call (R3).
+
+    Bad input, better than TF1 (R8, R9, R12, X6): an error opening a file
+    (``NotFoundError``) or reading it (``DataLossError`` naming file and byte
+    offset) is raised ONCE -- after the good records before it have been
+    returned -- and the reader then moves on, so it never raises the same
+    error forever. With ``on_error="skip"`` the error is logged on the
+    ``feedq.readers`` logger as ``file:offset``, counted in
+    :meth:`num_errors_skipped`, and reading goes on (from the next record when
+    the format lets it resynchronise, else from the next file).
+
+    State: :meth:`state_dict` / :meth:`load_state_dict` save and restore the
+    current file, the offset of the next record in it and the counters, so a
+    pipeline can resume exactly (TF1 left this unimplemented, R7).
+
+    Args:
+        on_error: ``"raise"`` (default) or ``"skip"``.
+        block_bytes: bytes buffered per block (at most 16 MiB).
+        name: a name for logs.
+    """
+
+    KEY_WORK_UNIT: ClassVar[str] = "work_unit"
+    KEY_OFFSET: ClassVar[str] = "offset"
+    KEY_INDEX: ClassVar[str] = "index"
+    KEY_RECORDS: ClassVar[str] = "num_records_produced"
+    KEY_UNITS: ClassVar[str] = "num_work_units_completed"
+    KEY_SKIPPED: ClassVar[str] = "num_errors_skipped"
+    KEY_READER: ClassVar[str] = "reader"
+    #: True when returning a block observes the end of the file (R15).
+    _COMPLETE_EAGERLY: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        on_error: OnError = "raise",
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        name: str | None = None,
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if not isinstance(block_bytes, int) or not 1 <= block_bytes <= MAX_BLOCK_BYTES:
+            raise ValueError(f"block_bytes must be in [1, {MAX_BLOCK_BYTES}], got {block_bytes!r}")
+        self.on_error: OnError = on_error
+        self.block_bytes = block_bytes
+        self.name = name or type(self).__name__
+        self._lock = threading.Lock()
+        self._work_unit: bytes | None = None  # guarded by self._lock
+        self._stream: ByteStream | None = None  # guarded by self._lock
+        self._pending: _SkipFile | None = None  # error found after good records
+        self._records = 0
+        self._units = 0
+        self._skipped = 0
+
+    # ----------------------------------------------------------------- TF1 API
+    def read(self, queue: FilenameQueue, timeout: float | None = None) -> tuple[bytes, bytes]:
+        """Read one record (R2).
+
+        Args:
+            queue: the filename queue (elements are single scalar strings).
+            timeout: seconds to wait for a filename; None = process default.
+
+        Returns:
+            ``(key, value)`` byte strings.
+
+        Raises:
+            OutOfRangeError: the queue is closed and empty (its own message).
+            NotFoundError: a file is missing (once; the reader moves on).
+            DataLossError: a corrupt record (once; the reader moves on).
+        """
+        block = self.read_block(queue, 1, timeout=timeout)
+        return block.keys()[0], block.values()[0]
+
+    def read_up_to(
+        self, queue: FilenameQueue, num_records: int, timeout: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Read 1..``num_records`` records of one file (R5).
+
+        Fewer than ``num_records`` only at the end of a file (or before an
+        error); two files are never mixed.
+
+        Args:
+            queue: the filename queue.
+            num_records: the most records to return (>= 1).
+            timeout: seconds to wait for a filename; None = process default.
+
+        Returns:
+            ``(keys, values)``, two ``[k]`` object arrays of bytes.
+
+        Raises:
+            Same as :meth:`read`; InvalidArgumentError for ``num_records < 1``.
+        """
+        block = self.read_block(queue, num_records, timeout=timeout, fill=True)
+        return block.keys(), block.values()
+
+    def read_block(
+        self,
+        queue: FilenameQueue,
+        num_records: int,
+        timeout: float | None = None,
+        *,
+        fill: bool = False,
+    ) -> Any:
+        """Read 1..``num_records`` records of one file as a :class:`RecordBlock`.
+
+        The block API: no per-record Python objects. Without ``fill`` it may
+        return fewer than asked at a buffer boundary (``block_bytes``) as well
+        as at the end of a file; with ``fill=True`` it gathers until
+        ``num_records`` or the end of the file, as ``read_up_to`` does.
+
+        Args:
+            queue: the filename queue.
+            num_records: the most records to return (>= 1).
+            timeout: seconds to wait for a filename; None = process default.
+            fill: keep reading the same file until ``num_records``.
+
+        Returns:
+            A non-empty block.
+
+        Raises:
+            Same as :meth:`read_up_to`.
+        """
+        if int(num_records) < 1:
+            raise InvalidArgumentError(f"num_records must be >= 1, got {num_records}")
+        n = int(num_records)
+        with self._lock:
+            while True:
+                if self._work_unit is None:
+                    self._start_next(queue, timeout)
+                    continue
+                if self._pending is not None:
+                    pending, self._pending = self._pending, None
+                    self._handle(pending)
+                    continue
+                try:
+                    block = self._next_block(n)
+                    if fill and 0 < len(block) < n:
+                        parts = [block]
+                        got = len(block)
+                        while got < n and self._pending is None and not self._exhausted():
+                            try:
+                                more = self._next_block(n - got)
+                            except _SkipFile as err:
+                                self._pending = err  # after the good records (R14)
+                                break
+                            if len(more) == 0:
+                                break
+                            parts.append(more)
+                            got += len(more)
+                        block = type(block).concatenate(parts)
+                except _SkipFile as err:
+                    self._handle(err)
+                    continue
+                if len(block) == 0:
+                    if self._pending is None:
+                        self._finish_unit(completed=True)
+                    continue
+                self._records += len(block)
+                if (
+                    (len(block) < n or self._COMPLETE_EAGERLY)
+                    and self._pending is None
+                    and self._exhausted()
+                ):
+                    # A call that stops at an end of file has observed it (R5).
+                    self._finish_unit(completed=True)
+                return block
+
+    def num_records_produced(self) -> int:
+        """Records returned since creation or :meth:`reset` (R4)."""
+        return self._records
+
+    def num_work_units_completed(self) -> int:
+        """Files whose end was observed since creation or :meth:`reset` (R4)."""
+        return self._units
+
+    def num_errors_skipped(self) -> int:
+        """Errors skipped under ``on_error="skip"`` since creation or :meth:`reset`."""
+        return self._skipped
+
+    def reset(self) -> None:
+        """Zero the counters and drop the current work unit (R6)."""
+        with self._lock:
+            self._close_stream()
+            self._work_unit = None
+            self._pending = None
+            self._records = self._units = self._skipped = 0
+
+    def close(self) -> None:
+        """Close the current file (the reader stays usable; the work unit is dropped)."""
+        with self._lock:
+            self._close_stream()
+            self._work_unit = None
+            self._pending = None
+
+    def __enter__(self) -> ReaderBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def serialize_state(self) -> dict[str, Any]:
+        """TF1 name for :meth:`state_dict` (R7, implemented here)."""
+        return self.state_dict()
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """TF1 name for :meth:`load_state_dict`."""
+        self.load_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The reader's position: current file, offset of the next record, counters.
+
+        Returns:
+            A plain dict (keys are the ``KEY_*`` class constants).
+        """
+        with self._lock:
+            wu = self._work_unit
+            state: dict[str, Any] = {
+                self.KEY_READER: type(self).__name__,
+                self.KEY_WORK_UNIT: wu,
+                self.KEY_OFFSET: None,
+                self.KEY_INDEX: None,
+                self.KEY_RECORDS: self._records,
+                self.KEY_UNITS: self._units,
+                self.KEY_SKIPPED: self._skipped,
+            }
+            if wu is not None:
+                # With an error still to report, the position is the bad
+                # record's, so a restored reader reports it too.
+                state[self.KEY_OFFSET], state[self.KEY_INDEX] = self._position()
+            return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a position saved by :meth:`state_dict` (re-opens the file).
+
+        Raises:
+            ValueError: the state is from another reader class or malformed.
+            NotFoundError: the saved file no longer exists.
+        """
+        if state.get(self.KEY_READER) != type(self).__name__:
+            raise ValueError(
+                f"state is from {state.get(self.KEY_READER)!r}, not {type(self).__name__}"
+            )
+        with self._lock:
+            self._close_stream()
+            self._pending = None
+            self._work_unit = None
+            self._records = int(state[self.KEY_RECORDS])
+            self._units = int(state[self.KEY_UNITS])
+            self._skipped = int(state[self.KEY_SKIPPED])
+            wu = state[self.KEY_WORK_UNIT]
+            if wu is not None:
+                wu_b = wu if isinstance(wu, bytes) else str(wu).encode()
+                self._work_unit = wu_b
+                try:
+                    self._open(wu_b)
+                    self._seek(int(state[self.KEY_OFFSET]), int(state[self.KEY_INDEX]))
+                except _SkipFile as err:
+                    self._work_unit = None
+                    self._close_stream()
+                    raise err.error from None
+
+    # ----------------------------------------------------- subclass interface
+    def _open(self, work_unit: bytes) -> None:
+        """Open ``work_unit`` (set ``self._stream`` etc.); raise ``_SkipFile`` on failure."""
+        raise NotImplementedError
+
+    def _next_block(self, n: int) -> RecordBlock:
+        """Up to ``n`` records; an empty block at the end of the file.
+
+        May set ``self._pending`` (an error after the returned records) or
+        raise ``_SkipFile`` when no good record precedes the error.
+        """
+        raise NotImplementedError
+
+    def _exhausted(self) -> bool:
+        """True when the current file has no more records."""
+        raise NotImplementedError
+
+    def _position(self) -> tuple[int, int]:
+        """(stream offset, key id) of the next record of the current file."""
+        raise NotImplementedError
+
+    def _seek(self, offset: int, index: int) -> None:
+        """Move the freshly opened current file to a saved position."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- helpers
+    def _start_next(self, queue: FilenameQueue, timeout: float | None) -> None:
+        item = queue.dequeue(timeout=timeout)
+        wu = _as_work_unit(item)
+        self._work_unit = wu
+        try:
+            self._open(wu)
+        except _SkipFile as err:
+            self._handle(err)
+
+    def _handle(self, err: _SkipFile) -> None:
+        # The one place a per-file error is raised or skipped (R8, R9, X6).
+        wu = self._work_unit
+        resume = err.resume if self.on_error == "skip" else None
+        if resume is None:
+            self._finish_unit(completed=False)
+        if self.on_error == "raise":
+            raise err.error
+        self._skipped += 1
+        where = f"{_name(wu)}:{err.offset}" if err.offset is not None else _name(wu)
+        logger.warning("%s skipped %s: %s", self.name, where, err.error.message)
+        if resume is not None:
+            self._resync(resume)
+
+    def _resync(self, offset: int) -> None:
+        """Continue the current file at ``offset`` after a skipped record."""
+        raise NotImplementedError
+
+    def _finish_unit(self, *, completed: bool) -> None:
+        self._close_stream()
+        self._work_unit = None
+        self._pending = None
+        if completed:
+            self._units += 1
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+def _name(work_unit: bytes | None) -> str:
+    return "<none>" if work_unit is None else work_unit.decode("utf-8", "backslashreplace")
+
+
+def _as_work_unit(item: Any) -> bytes:
+    # R1: the queue's elements must be single scalar strings.
+    if isinstance(item, (list, tuple)):
+        if len(item) != 1:
+            raise InvalidArgumentError("Expected queue with single string component")
+        item = item[0]
+    if isinstance(item, np.ndarray):
+        if item.shape != ():
+            raise InvalidArgumentError("Expected queue with single string component")
+        item = item.item()
+    if isinstance(item, (bytes, np.bytes_)):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8", "surrogateescape")
+    raise InvalidArgumentError(
+        f"Expected queue with single string component, got {type(item).__name__}"
+    )
+
+
+def _not_found(err: NotFoundError) -> _SkipFile:
+    return _SkipFile(err, None)
+
+
+def _data_loss(err: DataLossError, offset: int | None, resume: int | None = None) -> _SkipFile:
+    return _SkipFile(err, offset, resume)
+
+
+class _Buffer:
+    """A sliding window over a :class:`ByteStream`: ``data[pos:]`` is unread.
+
+    ``base`` is the stream offset of ``data[0]``. Refills compact the window,
+    so its size stays near ``block_bytes`` unless one record is larger.
+    """
+
+    def __init__(self, stream: ByteStream, block_bytes: int) -> None:
+        self.stream = stream
+        self.block_bytes = block_bytes
+        self.data = b""
+        self.base = stream.offset
+        self.pos = 0
+
+    @property
+    def avail(self) -> int:
+        return len(self.data) - self.pos
+
+    @property
+    def offset(self) -> int:
+        """Stream offset of the next unread byte."""
+        return self.base + self.pos
+
+    def fill(self, need: int) -> bool:
+        """Make at least ``need`` unread bytes available, if the stream has them.
+
+        Reads at least up to ``block_bytes`` when it reads at all. Returns
+        False when the stream ended first. Raises ``DataLossError`` from the
+        stream (corrupt compressed data).
+        """
+        if self.avail >= need:
+            return True
+        if self.stream.at_eof:
+            return False
+        want = max(need, self.block_bytes) - self.avail
+        if self.stream.size is not None:
+            # Plain file: never ask for more than the file holds, whatever
+            # a (hostile) length prefix says.
+            want = min(want, max(0, self.stream.size - self.stream.offset))
+        chunks = [self.data[self.pos :]] if self.avail else []
+        self.base += self.pos
+        self.pos = 0
+        got = 0
+        while got < want:
+            # Grow in block-sized steps, so a length prefix larger than the
+            # remaining (compressed) data never allocates more than exists.
+            c = self.stream.read(min(want - got, max(self.block_bytes, 1 << 16)))
+            if not c:
+                break
+            chunks.append(c)
+            got += len(c)
+        self.data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+        return self.avail >= need

@@ -1,0 +1,180 @@
+"""FixedLengthRecordReader (R11, R12)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from feedq.errors import DataLossError, NotFoundError
+from feedq.readers._base import (
+    DEFAULT_BLOCK_BYTES,
+    OnError,
+    ReaderBase,
+    RecordBlock,
+    _Buffer,
+    _data_loss,
+    _empty_block,
+    _not_found,
+)
+from feedq.readers._io import normalize_compression, open_stream
+
+__all__ = ["FixedLengthRecordReader"]
+
+
+class FixedLengthRecordReader(ReaderBase):
+    """Reads fixed-length records from binary files (R11).
+
+    Per file: skip ``header_bytes``; the data region ends ``footer_bytes``
+    before the end. Record ``i`` starts at ``header_bytes + i * hop_bytes``
+    (``hop_bytes=0``: back to back); ``hop_bytes < record_bytes`` gives
+    overlapping records. A record is emitted only if it lies entirely in the
+    data region; a trailing partial record is dropped, as in TF1. Keys are
+    ``b"<filename>:<i>"`` (0-based). With ``encoding`` GZIP/ZLIB, offsets
+    refer to the decompressed stream.
+
+    A file shorter than ``header_bytes + footer_bytes`` raises
+    ``DataLossError`` (TF1 raised OutOfRange, which looked like end of input,
+    R12/X6), once; the reader then moves on.
+
+    Blocks carry ``fixed``, a ``[k, record_bytes]`` uint8 array (a view of
+    the read buffer when records are back to back) for ``decode_raw``.
+
+    Args:
+        record_bytes: bytes per record (>= 1).
+        header_bytes: bytes to skip at the start of every file.
+        footer_bytes: bytes to ignore at the end of every file.
+        hop_bytes: bytes between record starts; 0 means ``record_bytes``.
+        encoding: ``None``/``""``, ``"GZIP"`` or ``"ZLIB"``.
+        on_error: ``"raise"`` or ``"skip"`` (see :class:`ReaderBase`).
+        block_bytes: bytes buffered per block.
+        name: a name for logs.
+
+    Raises:
+        ValueError: a negative size or ``record_bytes < 1``.
+    """
+
+    def __init__(
+        self,
+        record_bytes: int,
+        header_bytes: int | None = None,
+        footer_bytes: int | None = None,
+        hop_bytes: int | None = None,
+        encoding: str | None = None,
+        *,
+        on_error: OnError = "raise",
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(on_error=on_error, block_bytes=block_bytes, name=name)
+        self.record_bytes = int(record_bytes)
+        self.header_bytes = int(header_bytes or 0)
+        self.footer_bytes = int(footer_bytes or 0)
+        self.hop_bytes = int(hop_bytes or 0)
+        if self.record_bytes < 1:
+            raise ValueError(f"record_bytes must be >= 1, got {record_bytes}")
+        for label, v in (
+            ("header_bytes", self.header_bytes),
+            ("footer_bytes", self.footer_bytes),
+            ("hop_bytes", self.hop_bytes),
+        ):
+            if v < 0:
+                raise ValueError(f"{label} must be >= 0, got {v}")
+        self.encoding = normalize_compression(encoding)
+        self._stride = self.hop_bytes or self.record_bytes
+        self._buf: _Buffer | None = None
+        self._next = 0  # index of the next record in the current file
+
+    def _record_offset(self, i: int) -> int:
+        return self.header_bytes + i * self._stride
+
+    def _open(self, work_unit: bytes) -> None:
+        self._open_at(work_unit, 0)
+
+    def _open_at(self, work_unit: bytes, index: int) -> None:
+        name = work_unit.decode("utf-8", "backslashreplace")
+        try:
+            stream = self._stream = open_stream(work_unit, self.encoding)
+            start = self._record_offset(index)
+            skipped = stream.skip(start)
+            buf = _Buffer(stream, self.block_bytes)
+            short = skipped < start or not buf.fill(self.footer_bytes)
+        except NotFoundError as exc:
+            raise _not_found(exc) from None
+        except DataLossError as exc:
+            raise _data_loss(exc, None) from None
+        if short and index == 0:
+            size = stream.offset
+            raise _data_loss(
+                DataLossError(
+                    f"{name}: file of {size} bytes is shorter than header_bytes="
+                    f"{self.header_bytes} + footer_bytes={self.footer_bytes}"
+                ),
+                size,
+            )
+        self._buf = buf
+        self._next = index
+
+    def _fit(self, avail: int) -> int:
+        # Records that fit in `avail` bytes from the next record's start,
+        # keeping footer_bytes back.
+        room = avail - self.record_bytes - self.footer_bytes
+        return 0 if room < 0 else room // self._stride + 1
+
+    def _next_block(self, n: int) -> RecordBlock:
+        buf, wu = self._buf, self._work_unit
+        assert buf is not None and wu is not None  # noqa: S101 - set by _open
+        L, S = self.record_bytes, self._stride
+        k = min(n, max(1, self.block_bytes // S))
+        try:
+            buf.fill((k - 1) * S + L + self.footer_bytes)
+        except DataLossError as exc:
+            raise _data_loss(exc, buf.offset) from None
+        k = min(k, self._fit(buf.avail))
+        if k == 0:
+            return _empty_block(wu)
+        u8 = np.frombuffer(buf.data, dtype=np.uint8)
+        pos = buf.pos
+        if S == L:
+            fixed = u8[pos : pos + k * L].reshape(k, L)
+        else:
+            fixed = np.lib.stride_tricks.as_strided(
+                u8[pos:], shape=(k, L), strides=(S, 1), writeable=False
+            )
+        starts = pos + np.arange(k, dtype=np.int64) * S
+        ids = np.arange(self._next, self._next + k, dtype=np.int64)
+        block = RecordBlock(wu, buf.data, starts, starts + L, ids, fixed=fixed)
+        self._next += k
+        self._advance(k * S)
+        return block
+
+    def _advance(self, nbytes: int) -> None:
+        buf = self._buf
+        assert buf is not None  # noqa: S101
+        buf.pos += nbytes
+        if buf.pos > len(buf.data):
+            # hop_bytes > record_bytes: the next record starts past the buffer.
+            gap = buf.pos - len(buf.data)
+            try:
+                buf.stream.skip(gap)
+            except DataLossError as exc:
+                raise _data_loss(exc, buf.offset) from None
+            buf.data, buf.pos, buf.base = b"", 0, buf.stream.offset
+
+    def _exhausted(self) -> bool:
+        buf = self._buf
+        if buf is None:
+            return True
+        s = buf.stream
+        if s.size is not None:
+            return self._record_offset(self._next) + self.record_bytes + self.footer_bytes > s.size
+        return s.at_eof and self._fit(buf.avail) == 0
+
+    def _position(self) -> tuple[int, int]:
+        return self._record_offset(self._next), self._next
+
+    def _seek(self, offset: int, index: int) -> None:
+        assert self._work_unit is not None  # noqa: S101
+        self._close_stream()
+        self._open_at(self._work_unit, index)
+
+    def _resync(self, offset: int) -> None:  # pragma: no cover - never resyncs
+        raise NotImplementedError

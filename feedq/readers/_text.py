@@ -1,0 +1,166 @@
+"""TextLineReader (R10): one record per line, keys ``file:line``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from feedq.errors import DataLossError, InvalidArgumentError, NotFoundError
+from feedq.readers._base import (
+    DEFAULT_BLOCK_BYTES,
+    OnError,
+    ReaderBase,
+    RecordBlock,
+    _Buffer,
+    _data_loss,
+    _empty_block,
+    _not_found,
+)
+from feedq.readers._io import normalize_compression, open_stream
+
+__all__ = ["TextLineReader"]
+
+
+class TextLineReader(ReaderBase):
+    """Reads the lines of text files (R10).
+
+    The key of a line is ``b"<filename>:<n>"`` with ``n`` the 1-based
+    PHYSICAL line number (skipped header lines count). The value is the line
+    without its ``\\n``; a trailing ``\\r`` is removed too (CRLF files); an
+    empty line gives ``b""``; a last line without a newline is returned.
+    ``skip_header_lines`` applies to every file; a file with no more lines
+    than that yields nothing and is skipped (R3).
+
+    Blocks (``read_block``) carry ``span``, the byte range of the lines, which
+    ``decode_csv`` parses in one pyarrow call.
+
+    Args:
+        skip_header_lines: lines to skip at the start of every file (>= 0).
+        compression: ``""``, ``"GZIP"`` or ``"ZLIB"`` (beyond TF1's reader).
+        on_error: ``"raise"`` or ``"skip"`` (see :class:`ReaderBase`).
+        block_bytes: bytes buffered per block.
+        name: a name for logs.
+
+    Raises:
+        InvalidArgumentError: ``skip_header_lines < 0``.
+    """
+
+    def __init__(
+        self,
+        skip_header_lines: int = 0,
+        *,
+        compression: str | None = None,
+        on_error: OnError = "raise",
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(on_error=on_error, block_bytes=block_bytes, name=name)
+        if int(skip_header_lines) < 0:
+            raise InvalidArgumentError(
+                f"skip_header_lines must be >= 0, got {skip_header_lines}"
+            )
+        self.skip_header_lines = int(skip_header_lines)
+        self.compression = normalize_compression(compression)
+        self._buf: _Buffer | None = None
+        self._nl = np.zeros(0, dtype=np.int64)  # newline positions in self._buf.data
+        self._nl_i = 0  # index in _nl of the first newline at or after buf.pos
+        self._line = 1  # physical number of the next line
+
+    def _open(self, work_unit: bytes) -> None:
+        self._open_at(work_unit, 0, 1)
+        if self.skip_header_lines:
+            skipped = 0
+            while skipped < self.skip_header_lines:
+                block = self._next_block(self.skip_header_lines - skipped)
+                if len(block) == 0:
+                    break
+                skipped += len(block)
+
+    def _open_at(self, work_unit: bytes, offset: int, line: int) -> None:
+        try:
+            self._stream = open_stream(work_unit, self.compression)
+            if offset:
+                self._stream.skip(offset)
+        except NotFoundError as exc:
+            raise _not_found(exc) from None
+        except DataLossError as exc:
+            raise _data_loss(exc, offset) from None
+        self._buf = _Buffer(self._stream, self.block_bytes)
+        self._nl = np.zeros(0, dtype=np.int64)
+        self._nl_i = 0
+        self._line = line
+
+    def _refill(self, need: int) -> None:
+        buf = self._buf
+        assert buf is not None  # noqa: S101 - internal invariant, set by _open
+        try:
+            buf.fill(need)
+        except DataLossError as exc:
+            raise _data_loss(exc, buf.offset) from None
+        u8 = np.frombuffer(buf.data, dtype=np.uint8)
+        self._nl = np.flatnonzero(u8[buf.pos :] == 10).astype(np.int64) + buf.pos
+        self._nl_i = 0
+
+    def _next_block(self, n: int) -> RecordBlock:
+        buf = self._buf
+        wu = self._work_unit
+        assert buf is not None and wu is not None  # noqa: S101 - set by _open
+        while True:
+            complete = len(self._nl) - self._nl_i
+            at_eof = buf.stream.at_eof or (
+                buf.stream.size is not None and buf.stream.offset >= buf.stream.size
+            )
+            if complete >= n or at_eof or (complete >= 1 and buf.avail >= self.block_bytes):
+                break
+            # Not enough whole lines buffered: read on (a line longer than the
+            # block grows the buffer to hold it; text has no length limit).
+            self._refill(buf.avail + max(self.block_bytes, buf.avail))
+        k = min(n, complete)
+        nl = self._nl[self._nl_i : self._nl_i + k]
+        # k < n means every whole line was taken; at EOF a last line without
+        # a newline may follow.
+        after = int(nl[-1]) + 1 if k else buf.pos
+        tail = k < n and at_eof and after < len(buf.data)
+        if k == 0 and not tail:
+            return _empty_block(wu)
+        starts = np.empty(k + (1 if tail else 0), dtype=np.int64)
+        ends = np.empty_like(starts)
+        starts[0] = buf.pos
+        if k:
+            starts[1:k] = nl[:-1] + 1
+            ends[:k] = nl
+        span_end = int(nl[-1]) + 1 if k else buf.pos
+        if tail:
+            # The last line of the file has no newline: it is still a record.
+            starts[k] = span_end
+            ends[k] = len(buf.data)
+            span_end = len(buf.data)
+        u8 = np.frombuffer(buf.data, dtype=np.uint8)
+        # CRLF: drop one '\r' before the newline (or at the end of the file).
+        cr = (ends > starts) & (u8[np.maximum(ends - 1, 0)] == 13)
+        ends = ends - cr
+        m = len(starts)
+        ids = np.arange(self._line, self._line + m, dtype=np.int64)
+        block = RecordBlock(wu, buf.data, starts, ends, ids, span=(int(buf.pos), span_end))
+        self._line += m
+        buf.pos = span_end
+        self._nl_i += k
+        return block
+
+    def _exhausted(self) -> bool:
+        buf = self._buf
+        if buf is None:
+            return True
+        s = buf.stream
+        return buf.avail == 0 and (s.at_eof or (s.size is not None and s.offset >= s.size))
+
+    def _position(self) -> tuple[int, int]:
+        assert self._buf is not None  # noqa: S101
+        return self._buf.offset, self._line
+
+    def _seek(self, offset: int, index: int) -> None:
+        assert self._work_unit is not None  # noqa: S101
+        self._close_stream()
+        self._open_at(self._work_unit, offset, index)
+
+    def _resync(self, offset: int) -> None:  # pragma: no cover - text never resyncs
+        self._seek(offset, self._line)

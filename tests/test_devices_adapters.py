@@ -1,0 +1,115 @@
+"""Framework adapters: torch IterableDataset + DataLoader, tf.data signature, CuPy, extras."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import feedq
+from feedq.devices import MissingExtraError, as_tf_dataset, as_torch_dataset, tf_signature
+from feedq.errors import FailedPreconditionError
+
+pytestmark = pytest.mark.timeout(15)
+
+
+@pytest.fixture(autouse=True)
+def _no_feeder_threads_left() -> Iterator[None]:
+    yield
+    left = [t.name for t in threading.enumerate() if t.name.startswith("feedq-feeder")]
+    assert not left, f"feeder threads left running: {left}"
+
+
+def xy_queue(n: int) -> Any:
+    q = feedq.FIFOQueue(n, [np.float32, np.int64], shapes=[(3,), ()])
+    q.enqueue_many([np.arange(3 * n, dtype=np.float32).reshape(n, 3), np.arange(n)])
+    q.close()
+    return q
+
+
+def test_torch_dataloader_batch_size_none() -> None:
+    torch = pytest.importorskip("torch")
+    ds = as_torch_dataset(xy_queue(10), batch_size=4, allow_smaller_final_batch=True)
+    assert isinstance(ds, torch.utils.data.IterableDataset)
+    got = list(torch.utils.data.DataLoader(ds, batch_size=None))
+    assert [tuple(x.shape) for x, _ in got] == [(4, 3), (4, 3), (2, 3)]
+    assert all(x.dtype == torch.float32 and y.dtype == torch.int64 for x, y in got)
+    assert torch.cat([y for _, y in got]).tolist() == list(range(10))
+
+
+def test_torch_dataset_yields_without_copy() -> None:
+    torch = pytest.importorskip("torch")
+    data = [np.arange(6, dtype=np.float32).reshape(2, 3) for _ in range(3)]
+    ds = as_torch_dataset(data)
+    got = list(ds)
+    assert [t.data_ptr() for t in got] == [a.ctypes.data for a in data]
+    assert len(list(ds)) == 3  # a list is re-iterable: a second epoch
+    assert all(isinstance(t, torch.Tensor) for t in got)
+
+
+def test_torch_dataset_refuses_worker_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())
+    with pytest.raises(FailedPreconditionError, match="num_workers=0"):
+        next(iter(as_torch_dataset([np.zeros(2)])))
+
+
+def test_torch_dataset_with_replicas() -> None:
+    pytest.importorskip("torch")
+    ds = as_torch_dataset(xy_queue(8), batch_size=4, replicas=["cpu", "cpu"], mode="split")
+    shards = list(ds)
+    assert [[tuple(s[0].shape) for s in step] for step in shards] == [[(2, 3), (2, 3)]] * 2
+
+
+def test_tf_signature_from_queue_dtypes_and_shapes() -> None:
+    q = feedq.FIFOQueue(4, [np.float32, feedq.STRING], shapes=[(3,), ()], names=["x", "s"])
+    assert tf_signature(q, 8) == {"x": (np.dtype(np.float32), (8, 3)),
+                                  "s": (np.dtype(object), (8,))}
+    q2 = feedq.FIFOQueue(4, [np.int32, np.float64], shapes=[(), (2, 2)])
+    assert tf_signature(q2) == ((np.dtype(np.int32), (None,)),
+                                (np.dtype(np.float64), (None, 2, 2)))
+    q3 = feedq.FIFOQueue(4, np.uint8, shapes=[(5,)])
+    assert tf_signature(q3, 2) == (np.dtype(np.uint8), (2, 5))
+
+
+def test_tf_dataset_missing_extra_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tensorflow", None)
+    with pytest.raises(MissingExtraError, match=(
+            r'^feedq\.as_tf_dataset needs tensorflow, which is not installed: '
+            r'pip install "feedq\[tf\]"$')):
+        as_tf_dataset(xy_queue(2), 2)
+
+
+def test_tf_dataset_round_trip() -> None:
+    tf = pytest.importorskip("tensorflow")
+    ds = as_tf_dataset(xy_queue(6), 3)
+    got = [(x.numpy(), y.numpy()) for x, y in ds]
+    assert np.concatenate([y for _, y in got]).tolist() == list(range(6))
+    assert ds.element_spec[0] == tf.TensorSpec((3, 3), tf.float32)
+
+
+def test_cupy_missing_extra_from_feeder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(MissingExtraError, match=r'pip install "feedq\[cupy\]"$'):
+        feedq.devices.DeviceFeeder([np.zeros(2)], device="cpu", output="cupy")
+
+
+def test_torch_missing_extra_from_feeder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(MissingExtraError, match=(
+            r"^DeviceFeeder\(output='torch'\) needs torch, which is not installed: "
+            r'pip install "feedq\[torch\]"$')):
+        feedq.devices.DeviceFeeder([np.zeros(2)], device="cpu", output="torch")
+
+
+def test_public_names_show_public_module() -> None:
+    import feedq.devices as d
+
+    assert sorted(d.__all__) == d.__all__
+    for name in ["DeviceFeeder", "DeviceSpec", "DeviceConfig", "MissingExtraError", "device",
+                 "list_devices", "as_torch_dataset"]:
+        assert getattr(d, name).__module__ == "feedq.devices"
