@@ -8,9 +8,23 @@ first use.
 
 from __future__ import annotations
 
-from . import errors
+from . import devices, errors, readers
 from ._defaults import get_default_timeout, set_default_timeout
 from .coordinator import Coordinator, LooperThread
+from .devices import (
+    DeviceConfig,
+    DeviceFeeder,
+    DeviceSpec,
+    MissingExtraError,
+    as_tf_dataset,
+    as_torch_dataset,
+    current_device,
+    device,
+    get_device_config,
+    list_devices,
+    set_device_config,
+    to_cupy,
+)
 from .input import (
     Stage,
     StageStatistics,
@@ -52,8 +66,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Coordinator",
+    "DeviceConfig",
+    "DeviceFeeder",
+    "DeviceSpec",
     "FIFOQueue",
     "LooperThread",
+    "MissingExtraError",
     "PaddingFIFOQueue",
     "Pipeline",
     "PriorityQueue",
@@ -66,26 +84,36 @@ __all__ = [
     "Stage",
     "StageStatistics",
     "add_queue_runner",
+    "as_tf_dataset",
+    "as_torch_dataset",
     "batch",
     "batch_join",
     "clear_queue_runners",
     "control_dependencies",
+    "current_device",
     "current_pipeline",
+    "device",
+    "devices",
     "errors",
     "get_default_timeout",
+    "get_device_config",
     "get_queue_runners",
     "input_producer",
     "limit_epochs",
+    "list_devices",
     "maybe_batch",
     "maybe_batch_join",
     "maybe_shuffle_batch",
     "maybe_shuffle_batch_join",
     "range_input_producer",
+    "readers",
     "reset_shared_queues",
     "set_default_timeout",
+    "set_device_config",
     "shuffle_batch",
     "shuffle_batch_join",
     "slice_input_producer",
     "start_queue_runners",
     "string_input_producer",
+    "to_cupy",
 ]

@@ -299,10 +299,13 @@ def run_bench(
     progress: Callable[[BenchResult], None] | None = None,
     progress_every: float = 0.25,
     seed: int = 0,
+    device: str | None = None,
 ) -> BenchResult:
     """Run the pipeline until the data, ``duration`` or ``max_records`` ends.
 
     ``consume(batch)`` is called on every batch (the demo trains there).
+    With ``device``, batches go through a :class:`feedq.devices.DeviceFeeder`
+    to that device first (NumPy on the host, torch tensors elsewhere).
     KeyboardInterrupt stops the pipeline cleanly and returns what was
     measured, with ``stopped_by == "interrupted"``.
 
@@ -344,10 +347,20 @@ def run_bench(
             else:
                 stage = finput.batch_join(inputs, batch_size, capacity=capacity, dynamic_pad=dynamic, **common)
             deadline = None if duration is None else t0 + duration
+            take: Callable[[float | None], Any] = lambda t: stage.dequeue(timeout=t)
+            feeder = None
+            if device is not None:
+                from .devices import DeviceFeeder
+
+                on_host = device in ("cpu", "/cpu:0", "host")
+                feeder = DeviceFeeder(stage, device=device, output="numpy" if on_host else "torch",
+                                      name="bench-feeder")
+                take = lambda t: feeder.get(timeout=t)  # noqa: E731
+                result.extra["device"] = device
             while True:
                 w0 = time.perf_counter()
                 try:
-                    batch = stage.dequeue(timeout=None if deadline is None else max(0.0, deadline - w0))
+                    batch = take(None if deadline is None else max(0.0, deadline - w0))
                 except OutOfRangeError:
                     break
                 except FeedqError as exc:
@@ -379,6 +392,8 @@ def run_bench(
                     last_progress = now
                     _finish(result, t0, payload[0], waited, fill_sum, fill_max, fname_sum, samples, reader_objs)
                     progress(result)
+            if feeder is not None:
+                feeder.close()
             pipe.stop()
     except KeyboardInterrupt:
         result.stopped_by = "interrupted"

@@ -266,14 +266,12 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
         files = _expand(list(paths))
         f, comp = _format_of(files, fmt, compression)
         schema = infer_schema(files[0], f, comp, record_bytes)
-        consume = _device_consumer(device)
+        _check_device(device)
         show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
         result = run_bench(files, schema, batch_size=batch_size, readers=readers, threads=threads,
                            shuffle=shuffle, min_after_dequeue=min_after_dequeue, epochs=epochs,
                            duration=duration, max_records=max_records, on_error=on_error,
-                           consume=consume, progress=show)
-        if device:
-            result.extra["device"] = device
+                           progress=show, device=device)
         if show is not None:
             click.echo("", err=True)
         if as_json:
@@ -303,24 +301,16 @@ def _expand(paths: list[str]) -> list[str]:
     return files
 
 
-def _device_consumer(device: str | None) -> Callable[[Any], None] | None:
-    if not device or device == "cpu":
-        return None
+def _check_device(device: str | None) -> None:
+    if not device or device in ("cpu", "/cpu:0", "host"):
+        return
     try:
         import torch
     except ImportError:
         raise click.UsageError(f'--device {device} needs torch: pip install "feedq[torch]"') from None
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise click.UsageError(f"--device {device}: CUDA is not available on this machine")
-
-    def to_device(batch: Any) -> None:
-        cols = batch if isinstance(batch, list) else [batch]
-        for c in cols:
-            if isinstance(c, np.ndarray) and c.dtype != object:
-                torch.from_numpy(c).to(dev, non_blocking=True)
-
-    return to_device
+    if "cuda" in device.lower() or "gpu" in device.lower():
+        if not torch.cuda.is_available():
+            raise click.UsageError(f"--device {device}: CUDA is not available on this machine")
 
 
 # -- demo ------------------------------------------------------------------------------------
@@ -368,12 +358,13 @@ def _demo(root: Path, duration: float, records: int, batch_size: int, progress: 
         show = _progress_printer(progress)
         result = run_bench(paths, schema, batch_size=batch_size, readers=2, shuffle=True,
                            min_after_dequeue=2000, epochs=None, duration=per,
-                           consume=lambda b, fmt=fmt: model.step(fmt, b), progress=show)
+                           consume=lambda b, fmt=fmt: model.step(fmt, b), progress=show, device="cpu")
         if show is not None:
             click.echo("", err=True)
         result.extra["model loss (last)"] = f"{model.last_loss:.4f}"
         result.extra["train steps"] = f"{model.steps_by.get(fmt, 0):,}"
-        _print_table(result, f"\n{fmt}: string_input_producer -> 2 readers -> shuffle_batch({batch_size}) -> model")
+        _print_table(result, f"\n{fmt}: string_input_producer -> 2 readers -> shuffle_batch({batch_size}) "
+                             "-> device feeder (cpu) -> model")
         if result.stopped_by == "interrupted":
             code = 130
             break

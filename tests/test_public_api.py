@@ -8,7 +8,8 @@ import pytest
 
 import feedq
 
-MODULES = ["feedq", "feedq.errors", "feedq.queues"]
+MODULES = ["feedq", "feedq.errors", "feedq.queues", "feedq.coordinator", "feedq.runners", "feedq.pipeline",
+           "feedq.input", "feedq.readers", "feedq.devices"]
 
 
 @pytest.mark.parametrize("name", MODULES)
