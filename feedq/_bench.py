@@ -117,6 +117,7 @@ def _example_features(record: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     for name in sorted(msg.features.feature):
         feat = msg.features.feature[name]
         kind = feat.WhichOneof("kind")
+        dtype: Any
         if kind == "float_list":
             dtype, count = np.float32, len(feat.float_list.value)
         elif kind == "int64_list":
@@ -151,7 +152,7 @@ def _tfrecord_schema(path: str, compression: str | None) -> Schema:
         fixed = all(p[0].get(n) == (dtype, count) for p in per)
         if fixed:
             shape: list[int | None] = [] if count == 1 else [count]
-            features[n] = FixedLenFeature(shape, dtype)
+            features[n] = FixedLenFeature([int(d) for d in shape if d is not None], dtype)
             dtypes.append(dtype)
             shapes.append(shape)
         else:
@@ -338,8 +339,8 @@ def run_bench(
                     return cols
 
                 inputs.extend([read] * threads)
-            common = dict(enqueue_many=True, dtypes=schema.dtypes, shapes=schema.shapes,
-                          allow_smaller_final_batch=True)
+            common: dict[str, Any] = dict(enqueue_many=True, dtypes=schema.dtypes, shapes=schema.shapes,
+                                          allow_smaller_final_batch=True)
             capacity = max(4 * batch_size, 2 * readers * threads * batch_size)
             if shuffle:
                 stage = finput.shuffle_batch_join(inputs, batch_size, capacity=min_after_dequeue + capacity,
@@ -347,7 +348,9 @@ def run_bench(
             else:
                 stage = finput.batch_join(inputs, batch_size, capacity=capacity, dynamic_pad=dynamic, **common)
             deadline = None if duration is None else t0 + duration
-            take: Callable[[float | None], Any] = lambda t: stage.dequeue(timeout=t)
+            def take(t: float | None) -> Any:
+                return stage.dequeue(timeout=t)
+
             feeder = None
             if device is not None:
                 from .devices import DeviceFeeder
@@ -355,7 +358,9 @@ def run_bench(
                 on_host = device in ("cpu", "/cpu:0", "host")
                 feeder = DeviceFeeder(stage, device=device, output="numpy" if on_host else "torch",
                                       name="bench-feeder")
-                take = lambda t: feeder.get(timeout=t)  # noqa: E731
+                def take(t: float | None) -> Any:  # noqa: F811 - through the feeder
+                    return feeder.get(timeout=t)
+
                 result.extra["device"] = device
             while True:
                 w0 = time.perf_counter()

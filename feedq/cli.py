@@ -7,6 +7,7 @@ prints what was measured so far (exit status 130).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -358,7 +359,7 @@ def _demo(root: Path, duration: float, records: int, batch_size: int, progress: 
         show = _progress_printer(progress)
         result = run_bench(paths, schema, batch_size=batch_size, readers=2, shuffle=True,
                            min_after_dequeue=2000, epochs=None, duration=per,
-                           consume=lambda b, fmt=fmt: model.step(fmt, b), progress=show, device="cpu")
+                           consume=functools.partial(model.step, fmt), progress=show, device="cpu")
         if show is not None:
             click.echo("", err=True)
         result.extra["model loss (last)"] = f"{model.last_loss:.4f}"

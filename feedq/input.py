@@ -39,6 +39,7 @@ Where feedq differs from TF1:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -550,6 +551,9 @@ class _Source:
         self.upstream: list[Stage] = []
         self.names: list[str] | None = None
         self.single = False
+        self.dtypes: list[np.dtype[Any]] = []
+        self.shapes: list[tuple[int | None, ...] | None] | None = None
+        self.evaluate: Callable[[], tuple[list[Any], bool]]
         if isinstance(tensors, Stage):
             self._init_stage(tensors, enqueue_many)
         elif callable(tensors):
@@ -568,7 +572,7 @@ class _Source:
                 f"got {type(tensors).__name__}"
             )
         if shapes is not None:
-            self.shapes = _normalize_shapes(shapes, len(self.dtypes))
+            self.shapes = list(_normalize_shapes(shapes, len(self.dtypes)))
         if self.shapes is None:
             raise ValueError(
                 "batch: shapes are unknown (a callable input): pass shapes=[...] (B3)"
@@ -588,7 +592,11 @@ class _Source:
                 self.evaluate = lambda: (stage._raw(None), True)
             else:
                 k = self.block
-                self.evaluate = lambda: (stage._block(k, None), True)
+
+                def block_of_stage() -> tuple[list[Any], bool]:
+                    return stage._block(k, None), True
+
+                self.evaluate = block_of_stage
         else:
             if many:
                 self.shapes = [None if s is None else tuple(s) for s in stage.shapes]
@@ -641,7 +649,7 @@ class _Source:
                 if len(leaf.dtypes) != 1:
                     raise ValueError("batch: a stage inside a list must have exactly one component")
                 self.upstream.append(leaf)
-                getters.append(lambda s=leaf: s._raw(None)[0])
+                getters.append(functools.partial(_first_component, leaf))
                 found.append(leaf.dtypes[0])
                 shape = leaf.output_shapes[0]
             elif callable(leaf):
@@ -652,7 +660,7 @@ class _Source:
                 shape = None
             else:
                 arr = _as_array(leaf, "batch")
-                getters.append(lambda a=arr: a)
+                getters.append(functools.partial(_constant, arr))
                 found.append(STRING if arr.dtype == object else arr.dtype)
                 shape = tuple(arr.shape)
             if shape is not None and self.enqueue_many:
@@ -661,7 +669,19 @@ class _Source:
         self.dtypes = [as_dtype(d) for d in found]
         self.shapes = None if any(s is None for s in shapes) else shapes
         many = self.enqueue_many
-        self.evaluate = lambda: ([g() for g in getters], many)
+
+        def evaluate_leaves() -> tuple[list[Any], bool]:
+            return [g() for g in getters], many
+
+        self.evaluate = evaluate_leaves
+
+
+def _first_component(stage: Stage) -> Any:
+    return stage._raw(None)[0]
+
+
+def _constant(value: Any) -> Any:
+    return value
 
 
 def _normalize_shapes(shapes: Any, count: int) -> list[tuple[int | None, ...]]:
@@ -732,7 +752,9 @@ def _batcher(
         raise ValueError(f"num_threads must be >= 1, got {threads_per_source}")
     _check_spec(sources)
     first = sources[0]
-    dtypes, shapes = first.dtypes, [list(s) for s in first.shapes]
+    if first.shapes is None:  # pragma: no cover - _Source raises first
+        raise ValueError("batch: shapes are unknown")
+    dtypes, shapes = first.dtypes, [list(s) if s is not None else None for s in first.shapes]
     if dynamic_pad:
         out: QueueBase = PaddingFIFOQueue(capacity, dtypes, shapes, shared_name=shared_name, name=f"{name}/padding_fifo_queue")
     else:
@@ -769,7 +791,7 @@ def _batcher(
                 buf.enqueue(values)
             drain(final=False)
 
-        def finish() -> None:
+        def finish() -> None:  # noqa: F811 - one of two definitions
             # The last runner thread to see the end of its input empties the
             # shuffle buffer (in random order) before the runner closes `out`.
             with lock:

@@ -839,28 +839,28 @@ class QueueBase:
                 self._producer_done.notify_all()
             # Consumers, oldest first (Q14).
             while consumers:
-                att = consumers[0]
-                need = att.n - att.count
+                datt = consumers[0]
+                need = datt.n - datt.count
                 avail = self._available()
                 if avail >= need:
-                    self._collect(att, need)
+                    self._collect(datt, need)
                 elif self._ended():
-                    if att.up_to and att.count + avail > 0:
+                    if datt.up_to and datt.count + avail > 0:
                         if avail:
-                            self._collect(att, avail)
+                            self._collect(datt, avail)
                     else:
                         consumers.popleft()
-                        self._fail_dequeue(att)
+                        self._fail_dequeue(datt)
                         progress = True
                         self._consumer_done.notify_all()
                         continue
                 else:
                     if avail > 0 and not self._all_or_nothing:
-                        self._collect(att, avail)
+                        self._collect(datt, avail)
                         progress = True
                     break
                 consumers.popleft()
-                att.finished = True
+                datt.finished = True
                 progress = True
                 self._consumer_done.notify_all()
             if producers and self._free() > 0:

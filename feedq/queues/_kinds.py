@@ -207,7 +207,8 @@ class PaddingFIFOQueue(FIFOQueue):
         fill = self._storage_args["padding_values"][comp.index]
         out = np.full((len(rows), *dims), fill, dtype=comp.dtype)
         for i, r in enumerate(rows):
-            out[(i, *(slice(0, s) for s in r.shape))] = r
+            index: tuple[Any, ...] = (i, *(slice(0, s) for s in r.shape))
+            out[index] = r
         return out
 
 
@@ -278,7 +279,7 @@ class RandomShuffleQueue(QueueBase):
 
     def _available(self) -> int:
         if self._state is QueueState.OPEN:
-            return max(0, self._size - self._storage_args["min_after_dequeue"])
+            return max(0, self._size - int(self._storage_args["min_after_dequeue"]))
         return self._size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:

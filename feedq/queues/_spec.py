@@ -54,7 +54,7 @@ def as_dtype(dtype: Any) -> np.dtype[Any]:
         return STRING
     if result.kind not in _NUMERIC_KINDS:
         raise TypeError(f"unsupported queue dtype {result} (numeric, bool or string only)")
-    return result
+    return result  # type: ignore[no-any-return]
 
 
 def _is_torch_tensor(value: Any) -> bool:
@@ -244,15 +244,15 @@ def _to_string_array(value: Any, where: str) -> np.ndarray[Any, Any]:
             return value
         arr = value
     elif isinstance(value, (bytes, str, np.bytes_, np.str_)):
-        out = np.empty((), dtype=object)
-        out[()] = _as_bytes(value, where)
-        return out
+        scalar: np.ndarray[Any, Any] = np.empty((), dtype=object)
+        scalar[()] = _as_bytes(value, where)
+        return scalar
     else:
         try:
             arr = np.asarray(value, dtype=object)
         except ValueError as exc:
             raise InvalidArgumentError(f"{where}: cannot convert {value!r} to an array: {exc}") from exc
-    out = np.empty(arr.shape, dtype=object)
+    out: np.ndarray[Any, Any] = np.empty(arr.shape, dtype=object)
     flat_out = out.reshape(-1)
     for i, item in enumerate(arr.reshape(-1)):
         flat_out[i] = _as_bytes(item, where)
@@ -343,7 +343,7 @@ def normalize_names(names: Any, count: int) -> list[str] | None:
         raise TypeError("names must be strings")
     if len(set(names)) != len(names):
         raise ValueError(f"names must be unique: {names}")
-    return names
+    return [str(n) for n in names]
 
 
 def flatten_values(
