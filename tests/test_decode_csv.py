@@ -231,3 +231,4 @@ def test_block_path_really_uses_pyarrow(tmp_path: Path, monkeypatch: pytest.Monk
         block = r.read_block(closed_queue(p), 1000)
     a, b, c = decode_csv(block, [[0], [0.0], [""]])
     assert calls and a.tolist() == list(range(1000)) and c[-1] == b"s999"
+    assert a.flags.writeable and b.flags.writeable

@@ -123,8 +123,8 @@ def test_p1_int32_is_a_type_error() -> None:
         ({"v": FixedLenFeature([1], np.int64)},
          "Key: v, Index: 0.  Number of int64 values != expected.  Values size: 0 but output shape: [1]"),
         ({"x": FixedLenSequenceFeature([3], np.float32, allow_missing=True)},
-         "Key: x, Index: 0.  Number of float values is not a multiple of stride length. "
-         "Saw 4 values but output shape is: [?,3]"),
+         ("Key: x, Index: 0.  Number of float values is not a multiple of stride length. "
+         "Saw 4 values but output shape is: [?,3]")),
         ({"x": VarLenFeature(np.int64)},
          "Key: x, Index: 0.  Data types don't match. Expected type: int64, Actual type: float"),
     ],

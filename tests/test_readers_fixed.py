@@ -44,11 +44,11 @@ def abc(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        (dict(record_bytes=2), [b"ab", b"cd", b"ef"]),  # trailing partial record dropped
-        (dict(record_bytes=3, hop_bytes=2), [b"abc", b"cde", b"efg"]),  # overlapping
-        (dict(record_bytes=3, hop_bytes=2, header_bytes=1, footer_bytes=1), [b"bcd", b"def"]),
-        (dict(record_bytes=1, hop_bytes=3), [b"a", b"d", b"g"]),  # gaps
-        (dict(record_bytes=7), [b"abcdefg"]),
+        ({"record_bytes": 2}, [b"ab", b"cd", b"ef"]),  # trailing partial record dropped
+        ({"record_bytes": 3, "hop_bytes": 2}, [b"abc", b"cde", b"efg"]),  # overlapping
+        ({"record_bytes": 3, "hop_bytes": 2, "header_bytes": 1, "footer_bytes": 1}, [b"bcd", b"def"]),
+        ({"record_bytes": 1, "hop_bytes": 3}, [b"a", b"d", b"g"]),  # gaps
+        ({"record_bytes": 7}, [b"abcdefg"]),
     ],
 )
 def test_r11_record_layout(abc: Path, kwargs: dict, expected: list[bytes]) -> None:
@@ -131,7 +131,7 @@ def test_memory_is_bounded_on_a_file_larger_than_the_block(tmp_path: Path) -> No
 def test_state_dict_resumes_exactly(abc: Path, tmp_path: Path, stop: int) -> None:
     other = tmp_path / "o.bin"
     other.write_bytes(b"0123")
-    kw = dict(record_bytes=2, header_bytes=1)
+    kw = {"record_bytes": 2, "header_bytes": 1}
     full = read_all(FixedLengthRecordReader(**kw), closed_queue(abc, other), 1)
     q = closed_queue(abc, other)
     r = FixedLengthRecordReader(**kw)

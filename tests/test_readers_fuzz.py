@@ -5,7 +5,6 @@ P1)."""
 
 from __future__ import annotations
 
-import gzip
 import re
 import tracemalloc
 from pathlib import Path
@@ -146,6 +145,15 @@ def test_csv_fast_path_equals_reference(lines, defaults, quote, na) -> None:
 
 @FUZZ
 @given(
+    lines=st.lists(st.binary(max_size=12), min_size=1, max_size=6),
+    defaults=st.lists(st.sampled_from([[0], [0.0], [""]]), min_size=1, max_size=3),
+)
+def test_csv_random_bytes_only_invalid_argument(lines, defaults) -> None:
+    both_paths(lines, defaults)
+
+
+@FUZZ
+@given(
     lines=st.lists(CSV_LINE, min_size=1, max_size=8),
     defaults=st.lists(st.sampled_from([[0], [0.0], [""]]), min_size=1, max_size=3),
     crlf=st.booleans(),
@@ -213,7 +221,7 @@ def example_strategy():
         optional={
             "x": st.lists(st.floats(width=32, allow_nan=False), min_size=3, max_size=5),
             "label": st.integers(-(2**63), 2**63 - 1),
-            "v": st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+            "v": st.lists(st.one_of(st.integers(0, 20000), st.integers(-(2**63), 2**63 - 1)), max_size=5),
             "s": st.lists(st.binary(max_size=5), min_size=1, max_size=2),
             "zz": st.lists(st.integers(0, 300), min_size=1, max_size=3),
         },
@@ -255,3 +263,87 @@ def test_parse_example_random_bytes(recs) -> None:
         parse_example(recs, FEATURES)
     except InvalidArgumentError:
         pass
+
+
+@FUZZ
+@given(
+    data=st.binary(max_size=200).map(lambda b: b.replace(b"\x00", b"\n")),
+    block=st.integers(1, 32),
+    n=st.integers(1, 9),
+    skip=st.integers(0, 2),
+)
+def test_text_reader_tiny_blocks_agree_with_split(tmp_path: Path, data: bytes, block: int, n: int, skip: int) -> None:
+    # Buffer boundaries anywhere: lines, keys and counts must not depend on them.
+    p = tmp_path / "t.txt"
+    p.write_bytes(data)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    want = [(i + 1, ln[:-1] if ln.endswith(b"\r") else ln) for i, ln in enumerate(lines)][skip:]
+    got = []
+    with TextLineReader(skip_header_lines=skip, block_bytes=block) as r:
+        q = closed_queue(p)
+        while True:
+            try:
+                k, v = r.read_up_to(q, n)
+            except OutOfRangeError:
+                break
+            got += [(int(x.rsplit(b":", 1)[1]), y) for x, y in zip(k.tolist(), v.tolist())]
+    assert got == want
+
+
+@FUZZ
+@given(
+    records=st.lists(st.binary(max_size=30), max_size=15),
+    block=st.integers(1, 64),
+    n=st.integers(1, 9),
+    compression=st.sampled_from(["", "ZLIB"]),
+)
+def test_tfrecord_tiny_blocks_agree(tmp_path: Path, records, block: int, n: int, compression: str) -> None:
+    raw = valid_tfrecord(tmp_path, records, compression)
+    p = tmp_path / "b.tfr"
+    p.write_bytes(raw)
+    got = []
+    with TFRecordReader(options=compression, block_bytes=block) as r:
+        q = closed_queue(p)
+        while True:
+            try:
+                got += r.read_up_to(q, n)[1].tolist()
+            except OutOfRangeError:
+                break
+    assert got == records
+
+
+@FUZZ
+@given(
+    size=st.integers(0, 60),
+    record=st.integers(1, 7),
+    hop=st.integers(0, 9),
+    header=st.integers(0, 5),
+    footer=st.integers(0, 5),
+    block=st.integers(1, 40),
+)
+def test_fixed_reader_tiny_blocks_agree(tmp_path: Path, size, record, hop, header, footer, block) -> None:
+    from feedq.readers import FixedLengthRecordReader
+
+    data = bytes(range(size))
+    p = tmp_path / "f.bin"
+    p.write_bytes(data)
+    stride = hop or record
+    end = size - footer
+    want = [data[s : s + record] for s in range(header, end - record + 1, stride)] if size >= header + footer else None
+    got: list[bytes] = []
+    errors = 0
+    with FixedLengthRecordReader(record, header, footer, hop, block_bytes=block) as r:
+        q = closed_queue(p)
+        while True:
+            try:
+                got += r.read_up_to(q, 4)[1].tolist()
+            except OutOfRangeError:
+                break
+            except DataLossError:
+                errors += 1
+    if want is None:
+        assert errors == 1 and got == []
+    else:
+        assert got == want and errors == 0

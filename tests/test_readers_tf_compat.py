@@ -114,8 +114,8 @@ def test_r10_text_lines_match_tf(tf: Any, tmp_path: Path) -> None:
     assert got == want
 
 
-@pytest.mark.parametrize("kw", [dict(record_bytes=3), dict(record_bytes=3, header_bytes=2, footer_bytes=1),
-                                dict(record_bytes=4, header_bytes=1, footer_bytes=0)])
+@pytest.mark.parametrize("kw", [{"record_bytes": 3}, {"record_bytes": 3, "header_bytes": 2, "footer_bytes": 1},
+                                {"record_bytes": 4, "header_bytes": 1, "footer_bytes": 0}])
 @pytest.mark.parametrize("encoding", ["", "GZIP"])
 def test_r11_fixed_length_matches_tf(tf: Any, tmp_path: Path, kw: dict, encoding: str) -> None:
     import gzip
@@ -244,19 +244,20 @@ def test_p2_p4_error_messages_match_tf(tf: Any, features: dict) -> None:
     recs = [tf_example(tf, 1), tf_example(tf, 2)]
 
     def make(ns: str) -> dict:
-        out = {}
+        out: dict = {}
         for k, (cls, shape, dt) in features.items():
             if ns == "tf":
                 dtype = getattr(tf, dt)
-                mk = {"fixed": lambda: tf.io.FixedLenFeature(shape, dtype),
-                      "seq": lambda: tf.io.FixedLenSequenceFeature(shape, dtype, allow_missing=True),
-                      "var": lambda: tf.io.VarLenFeature(dtype)}
+                fixed, seq, var = tf.io.FixedLenFeature, tf.io.FixedLenSequenceFeature, tf.io.VarLenFeature
             else:
                 dtype = np.dtype(dt)
-                mk = {"fixed": lambda: FixedLenFeature(shape, dtype),
-                      "seq": lambda: FixedLenSequenceFeature(shape, dtype, allow_missing=True),
-                      "var": lambda: VarLenFeature(dtype)}
-            out[k] = mk[cls]()
+                fixed, seq, var = FixedLenFeature, FixedLenSequenceFeature, VarLenFeature
+            if cls == "fixed":
+                out[k] = fixed(shape, dtype)
+            elif cls == "seq":
+                out[k] = seq(shape, dtype, allow_missing=True)
+            else:
+                out[k] = var(dtype)
         return out
 
     with pytest.raises(tf.errors.InvalidArgumentError) as tf_err:

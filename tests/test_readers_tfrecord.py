@@ -268,3 +268,29 @@ def test_concatenated_gzip_members(tmp_path: Path) -> None:
     p = tmp_path / "ab.gz"
     p.write_bytes(a + b)
     assert read_all(TFRecordReader(options="GZIP"), closed_queue(p)) == [b"1", b"2", b"3"]
+
+
+def _inflate_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("feedq-inflate:")]
+
+
+def test_gzip_read_ahead_thread_stops_on_close_and_when_dropped(tmp_path: Path) -> None:
+    import gc
+    import time
+
+    p = write(tmp_path / "a.tfr", [b"x" * 100] * 50000, "GZIP")
+    r = TFRecordReader(options="GZIP")
+    q = closed_queue(p, p)
+    r.read(q)
+    assert _inflate_threads()
+    r.close()
+    assert not _inflate_threads()
+    r.read(q)  # the next file starts a new read-ahead thread
+    del r
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _inflate_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _inflate_threads()

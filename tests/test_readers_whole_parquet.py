@@ -80,7 +80,7 @@ def test_parquet_columns_and_keys(parquet_files: list[Path]) -> None:
     sizes = [120]
     while True:
         try:
-            k, c = r.read_up_to(q, 120)
+            k, _c = r.read_up_to(q, 120)
         except OutOfRangeError:
             break
         sizes.append(len(k))
@@ -94,7 +94,7 @@ def test_parquet_select_columns_and_state(parquet_files: list[Path]) -> None:
     state = r.state_dict()
     r2 = ParquetReader(columns=["x"])
     r2.load_state_dict(state)
-    keys, cols = r2.read_up_to(q, 1000)
+    _keys, cols = r2.read_up_to(q, 1000)
     assert list(cols) == ["x"]
     np.testing.assert_array_equal(cols["x"], np.arange(130, 250, dtype=np.float32))
 
@@ -108,5 +108,5 @@ def test_parquet_corrupt_and_missing(tmp_path: Path, parquet_files: list[Path]) 
         r.read(q)
     with pytest.raises(NotFoundError, match=r"missing.parquet; No such file or directory$"):
         r.read(q)
-    key, row = r.read(q)
+    _key, row = r.read(q)
     assert row["x"] == 2000.0

@@ -1,16 +1,38 @@
 """Readers (file cursors over a filename queue) and decoders (pure functions).
 
-Readers follow TF1 (spec section 5, R1-R15) and add a batch-first block API,
-``read_block``, that hands decoders one buffer per block instead of one
-Python object per record; bad files are reported once and skipped past
-(R9/X6), and every reader can save and restore its position.
-
-Decoders (sections 6-7: D1-D9, P1-P4) take single records, arrays of
-records, or a reader's :class:`RecordBlock`::
+Readers follow TF1 (spec section 5, R1-R15); decoders follow sections 6-7
+(D1-D9, P1-P4). TF1 code ports with the same names::
 
     reader = TextLineReader(skip_header_lines=1)
-    block = reader.read_block(filename_queue, 4096)
-    x1, x2, label = decode_csv(block, record_defaults=[[0.0], [0.0], [0]])
+    key, value = reader.read(filename_queue)           # b"file.csv:2", b"1.0,2.0,0"
+    x1, x2, y = decode_csv(value, record_defaults=[[0.0], [0.0], [0]])
+
+The block API (batch-first, X10)
+--------------------------------
+``reader.read_block(queue, n)`` returns up to ``n`` consecutive records of
+ONE file as a :class:`RecordBlock`: the read buffer (``data``, immutable
+bytes) plus int64 arrays ``starts`` / ``ends`` / ``key_ids`` -- no Python
+object per record. Every decoder accepts a block and decodes it in one call:
+
+* ``decode_csv(block, ...)`` hands the block's byte ``span`` (its lines,
+  newlines included) to ``pyarrow.csv`` in one call;
+* ``decode_raw(block, dtype)`` views ``block.fixed`` (``[k, record_bytes]``
+  uint8, a view of the buffer for back-to-back fixed-length records, a
+  strided view for equal-length TFRecords) with ``np.frombuffer`` semantics;
+* ``parse_example(block, features)`` walks the serialized Examples in place.
+
+``read_block`` may return fewer than ``n`` records at a buffer boundary
+(``block_bytes``, default 4 MiB, at most 16 MiB, which bounds a reader's
+memory whatever the file size) as well as at the end of a file; pass
+``fill=True`` -- or use ``read_up_to`` -- for TF1's "fewer only at the end of
+a file". Blocks stay valid after later reads (buffers are never reused).
+``block.keys()`` / ``block.values()`` materialise TF1's object arrays.
+
+Bad input is reported once and then skipped past: ``NotFoundError`` for a
+missing file, ``DataLossError`` naming file and byte offset for a corrupt or
+truncated record, after the good records before it (R8, R9, R12, X6);
+``on_error="skip"`` logs and counts instead. ``state_dict()`` /
+``load_state_dict()`` save and restore a reader's file, offset and counters.
 """
 
 from __future__ import annotations

@@ -13,14 +13,17 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
 from feedq.errors import DataLossError, FeedqError, InvalidArgumentError, NotFoundError
 from feedq.readers._io import ByteStream
 
-__all__ = ["RecordBlock", "ReaderBase", "FilenameQueue", "OnError", "DEFAULT_BLOCK_BYTES"]
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["DEFAULT_BLOCK_BYTES", "FilenameQueue", "OnError", "ReaderBase", "RecordBlock"]
 
 logger = logging.getLogger("feedq.readers")
 
@@ -78,7 +81,8 @@ class RecordBlock:
     @property
     def lengths(self) -> np.ndarray:
         """int64 ``[k]`` record lengths."""
-        return self.ends - self.starts
+        out: np.ndarray = self.ends - self.starts
+        return out
 
     def keys(self) -> np.ndarray:
         """The keys as a ``[k]`` object array of bytes (``b"file:id"``)."""
@@ -119,8 +123,9 @@ class RecordBlock:
         ends = np.cumsum(lengths)
         starts = ends - lengths
         fixed = None
-        if all(b.fixed is not None for b in blocks) and len({b.fixed.shape[1] for b in blocks}) == 1:  # type: ignore[union-attr]
-            fixed = np.concatenate([b.fixed for b in blocks])  # type: ignore[misc]
+        parts = [b.fixed for b in blocks if b.fixed is not None]
+        if len(parts) == len(blocks) and len({p.shape[1] for p in parts}) == 1:
+            fixed = np.concatenate(parts)
         return RecordBlock(
             blocks[0].work_unit,
             data,
@@ -358,7 +363,7 @@ class ReaderBase:
             self._work_unit = None
             self._pending = None
 
-    def __enter__(self) -> ReaderBase:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -430,8 +435,9 @@ class ReaderBase:
         """Open ``work_unit`` (set ``self._stream`` etc.); raise ``_SkipFile`` on failure."""
         raise NotImplementedError
 
-    def _next_block(self, n: int) -> RecordBlock:
-        """Up to ``n`` records; an empty block at the end of the file.
+    def _next_block(self, n: int) -> Any:
+        """Up to ``n`` records (a RecordBlock, or ColumnBlock for Parquet);
+        an empty block at the end of the file.
 
         May set ``self._pending`` (an error after the returned records) or
         raise ``_SkipFile`` when no good record precedes the error.
@@ -545,18 +551,20 @@ class _Buffer:
         """Stream offset of the next unread byte."""
         return self.base + self.pos
 
-    def fill(self, need: int) -> bool:
+    def fill(self, need: int, *, exact: bool = False) -> bool:
         """Make at least ``need`` unread bytes available, if the stream has them.
 
-        Reads at least up to ``block_bytes`` when it reads at all. Returns
-        False when the stream ended first. Raises ``DataLossError`` from the
+        Reads at least up to ``block_bytes`` when it reads at all, or exactly
+        up to ``need`` with ``exact`` (so fixed-size records end the buffer
+        with nothing left over to copy on the next refill). Returns False
+        when the stream ended first. Raises ``DataLossError`` from the
         stream (corrupt compressed data).
         """
         if self.avail >= need:
             return True
         if self.stream.at_eof:
             return False
-        want = max(need, self.block_bytes) - self.avail
+        want = (need if exact else max(need, self.block_bytes)) - self.avail
         if self.stream.size is not None:
             # Plain file: never ask for more than the file holds, whatever
             # a (hostile) length prefix says.

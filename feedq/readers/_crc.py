@@ -8,11 +8,11 @@ guards.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["crc32c_function", "masked_crc32c", "mask_crc_array"]
+__all__ = ["crc32c_function", "mask_crc_array", "masked_crc32c"]
 
 _MASK_DELTA = 0xA282EAD8
 _crc_fn: Callable[[bytes | memoryview], int] | None = None

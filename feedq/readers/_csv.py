@@ -13,9 +13,11 @@ same values or TF's error for the record at fault.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +54,7 @@ _STRING = np.dtype(object)
 
 
 class _Column:
-    __slots__ = ("dtype", "default")
+    __slots__ = ("default", "dtype")
 
     def __init__(self, dtype: np.dtype, default: Any) -> None:
         self.dtype = dtype
@@ -167,10 +169,11 @@ def _extract_fields(
                 sel_i += 1
                 if sel_i == len(select):
                     return result
-    if rec[n - 1] == delim:
-        # A trailing delimiter leaves one more (empty) field.
-        if select is None or (sel_i < len(select) and select[sel_i] == parsed):
-            result.append(b"")
+    # A trailing delimiter leaves one more (empty) field.
+    if rec[n - 1] == delim and (
+        select is None or (sel_i < len(select) and select[sel_i] == parsed)
+    ):
+        result.append(b"")
     return result
 
 
@@ -349,7 +352,8 @@ def _arrow_block(
             default = col.default
             arr = pc.fill_null(arr, pa.scalar(default, type=arr.type))
         arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-        out.append(arr.to_numpy(zero_copy_only=False))
+        # writable=True: callers may write into (or torch.from_numpy) the columns.
+        out.append(arr.to_numpy(zero_copy_only=False, writable=True))
     return out
 
 
@@ -401,7 +405,7 @@ def decode_csv(
     select: list[int] | None = None
     if select_cols is not None:
         select = [int(c) for c in select_cols]
-        if any(b <= a for a, b in zip(select, select[1:])):
+        if any(b <= a for a, b in itertools.pairwise(select)):
             raise ValueError("select_cols is not strictly increasing.")
         if select and select[0] < 0:
             raise ValueError("select_cols must be non-negative.")

@@ -23,7 +23,8 @@ whichever path a record took.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -119,7 +120,7 @@ def _kind_of(dtype: Any) -> int:
 
 
 class _Spec:
-    __slots__ = ("key", "kb", "cls", "kind", "shape", "n", "default")
+    __slots__ = ("cls", "default", "kb", "key", "kind", "n", "shape")
 
     def __init__(self, key: str, feat: Any) -> None:
         self.key = key
@@ -135,7 +136,6 @@ class _Spec:
             raise TypeError(f"Unsupported feature type for {key!r}: {type(feat).__name__}")
         self.kind = _kind_of(feat.dtype)
         shape = list(feat.shape) if feat.shape is not None else []
-        dt = _KIND_DTYPE[self.kind]
         if isinstance(feat, FixedLenSequenceFeature):
             if not feat.allow_missing:
                 raise ValueError(
@@ -187,7 +187,7 @@ def _as_values(v: Any, kind: int) -> np.ndarray:
 class _Parsed:
     """Per feature: kind (0 = missing) and value count per record, flat values."""
 
-    __slots__ = ("kind", "count", "values")
+    __slots__ = ("count", "kind", "values")
 
     def __init__(self, kind: np.ndarray, count: np.ndarray, values: np.ndarray) -> None:
         self.kind = kind
@@ -201,23 +201,34 @@ _SHIFTS = (np.arange(10, dtype=np.uint64) * np.uint64(7)).astype(np.uint64)
 
 
 def _varint(u8: np.ndarray, pos: np.ndarray, lim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decode one varint at each ``pos`` (not past ``lim``): (value, length, ok)."""
+    """Decode one varint at each ``pos`` (not past ``lim``): (value, length, ok).
+
+    Values are int64 (a 10-byte varint above 2**63 wraps negative, which
+    every caller treats as not ok); 1- and 2-byte varints -- nearly all tags
+    and lengths -- take a short path.
+    """
     last = len(u8) - 1
-    b0 = u8[np.minimum(pos, last)]
-    val = b0.astype(np.uint64)
+    b0 = u8[np.minimum(pos, last)].astype(np.int64)
+    val = b0
     ln = np.ones(len(pos), dtype=np.int64)
     multi = np.flatnonzero(b0 >= 128)
     ok = np.ones(len(pos), dtype=bool)
     if multi.size:
-        w = u8[np.minimum(pos[multi, None] + _AR10, last)].astype(np.uint64)
-        term = w < 128
-        has = term.any(axis=1)
-        L = term.argmax(axis=1) + 1
-        keep = _AR10 < L[:, None]
-        v = np.bitwise_or.reduce(((w & np.uint64(127)) << _SHIFTS) * keep, axis=1)
-        val[multi] = v
-        ln[multi] = L
-        ok[multi] = has
+        b1 = u8[np.minimum(pos[multi] + 1, last)].astype(np.int64)
+        val = b0.copy()
+        val[multi] = (b0[multi] & 127) | ((b1 & 127) << 7)
+        ln[multi] = 2
+        longer = multi[b1 >= 128]
+        if longer.size:
+            w = u8[np.minimum(pos[longer, None] + _AR10, last)].astype(np.uint64)
+            term = w < 128
+            has = term.any(axis=1)
+            L = term.argmax(axis=1) + 1
+            keep = _AR10 < L[:, None]
+            v = np.bitwise_or.reduce(((w & np.uint64(127)) << _SHIFTS) * keep, axis=1)
+            val[longer] = v.view(np.int64)
+            ln[longer] = L
+            ok[longer] = has
     ok &= pos + ln <= lim
     return val, ln, ok
 
@@ -226,8 +237,8 @@ def _length(u8: np.ndarray, pos: np.ndarray, lim: np.ndarray) -> tuple[np.ndarra
     """A length-delimited field body at ``pos`` (after the tag): (start, end, ok)."""
     v, ln, ok = _varint(u8, pos, lim)
     start = pos + ln
-    ok &= v <= np.maximum(lim - start, 0).astype(np.uint64)
-    end = start + np.where(ok, v, 0).astype(np.int64)
+    ok &= (v >= 0) & (v <= lim - start)
+    end = start + np.where(ok, v, 0)
     return start, end, ok
 
 
@@ -320,16 +331,23 @@ def _gather_ranges(u8: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 
 def _fast_values(
-    u8: np.ndarray, data: bytes, spec: _Spec, rows: np.ndarray, s: np.ndarray, e: np.ndarray, nonempty: np.ndarray
+    u8: np.ndarray,
+    data: bytes,
+    kind: int,
+    rows: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    nonempty: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Counts and flat values of the records ``rows`` (kind == spec.kind).
+    """Counts and flat values of the records ``rows``, whose Features are of ``kind``.
 
     Returns (counts, values, bad) where ``bad`` marks records protobuf must
     judge (a malformed packed payload).
     """
     lens = e - s
     bad = np.zeros(len(rows), dtype=bool)
-    if spec.kind == _FLOAT:
+    vals: np.ndarray
+    if kind == _FLOAT:
         bad = (lens % 4) != 0
         counts = lens // 4
         good = ~bad
@@ -347,7 +365,7 @@ def _fast_values(
         full = np.zeros(len(rows), dtype=np.int64)
         full[good] = counts
         return full, vals.astype(np.float32, copy=False), bad
-    if spec.kind == _BYTES:
+    if kind == _BYTES:
         counts = nonempty.astype(np.int64)
         sel = np.flatnonzero(nonempty)
         vals = np.empty(len(sel), dtype=object)
@@ -364,7 +382,15 @@ def _fast_values(
     # Each record's payload must end on a varint's last byte.
     last_ok = (lens == 0) | term[np.maximum(off[1:] - 1, 0)]
     bad = ~last_ok
-    if not term.all():
+    if not term.all() and not bad.any() and not np.any(~term[:-1] & ~term[1:]):
+        # Every varint has 1 or 2 bytes (values < 16384, the common case):
+        # decode from the last bytes, no per-varint segmentation.
+        ends_i = np.flatnonzero(term)
+        ivals = b[ends_i].astype(np.int64)
+        two = np.flatnonzero((ends_i > 0) & ~term[np.maximum(ends_i - 1, 0)])
+        ivals[two] = (ivals[two] << 7) | (b[ends_i[two] - 1] & 127).astype(np.int64)
+        vals = ivals
+    elif not term.all():
         ends_i = np.flatnonzero(term)
         starts_i = np.concatenate([[0], ends_i[:-1] + 1])
         vlen = ends_i - starts_i + 1
@@ -374,7 +400,7 @@ def _fast_values(
             keep = ~bad
             if bad.all():
                 return np.zeros(len(rows), dtype=np.int64), np.zeros(0, dtype=np.int64), bad
-            c2, v2, _ = _fast_values(u8, data, spec, rows[keep], s[keep], e[keep], nonempty[keep])
+            c2, v2, _ = _fast_values(u8, data, kind, rows[keep], s[keep], e[keep], nonempty[keep])
             full = np.zeros(len(rows), dtype=np.int64)
             full[keep] = c2
             return full, v2, bad
@@ -394,6 +420,73 @@ def _rows_with_long_varints(term: np.ndarray, off: np.ndarray, vlen: np.ndarray,
         owner = np.searchsorted(off[1:], ends_i[long_v], side="right")
         bad[np.minimum(owner, nrows - 1)] = True
     return bad
+
+
+def _uniform(rows: np.ndarray, specs: list[_Spec]) -> list[_Parsed] | None:
+    """The one-layout shortcut: ``rows`` is ``[B, L]``, records of equal length.
+
+    Walk the first record alone; if every other record has the same bytes
+    everywhere except inside the requested value payloads (where varints
+    must also keep their continuation bits), all records share its layout
+    and each feature is a column slice of ``rows``. Else None.
+    """
+    B, L = rows.shape
+    t = np.ascontiguousarray(rows[0])
+    z = np.zeros(1, dtype=np.int64)
+    slow, kinds, ps, pe, ne = _walk(t, z, z + L, specs)
+    if slow[0]:
+        return None
+    struct = np.ones(L, dtype=bool)
+    varint = np.zeros(L, dtype=bool)
+    for fi in range(len(specs)):
+        k, a, b = int(kinds[fi, 0]), int(ps[fi, 0]), int(pe[fi, 0])
+        if k == _FLOAT and (b - a) % 4:
+            return None
+        if k == _INT64 and b > a and t[b - 1] >= 128:
+            return None
+        if k:
+            struct[a:b] = False
+            varint[a:b] = k == _INT64
+    si = np.flatnonzero(struct)
+    if not np.array_equal(rows[:, si], np.broadcast_to(t[si], (B, len(si)))):
+        return None
+    vi = np.flatnonzero(varint)
+    if vi.size and not np.array_equal(rows[:, vi] & 128, np.broadcast_to(t[vi] & 128, (B, len(vi)))):
+        return None
+    out = []
+    for fi, sp in enumerate(specs):
+        k, a, b = int(kinds[fi, 0]), int(ps[fi, 0]), int(pe[fi, 0])
+        kind = np.full(B, k, dtype=np.int8)
+        if k == _FLOAT:
+            count = (b - a) // 4
+        elif k == _INT64:
+            count = int(np.count_nonzero(t[a:b] < 128))
+        elif k == _BYTES:
+            count = int(ne[fi, 0])
+        else:
+            count = 0
+        vals = np.zeros(0, dtype=_KIND_DTYPE[sp.kind])
+        if k == sp.kind and count:
+            payload = rows[:, a:b]
+            if k == _FLOAT:
+                vals = np.ascontiguousarray(payload).view("<f4").reshape(-1)
+            elif k == _INT64:
+                if b - a == count:  # all 1-byte varints
+                    vals = payload.astype(np.int64).reshape(-1)
+                else:
+                    tt = t[a:b]
+                    ends = np.flatnonzero(tt < 128)
+                    vst = np.concatenate([[0], ends[:-1] + 1])
+                    if np.any(ends - vst >= 10):
+                        return None
+                    posin = np.arange(b - a) - np.repeat(vst, ends - vst + 1)
+                    parts = (payload & 127).astype(np.uint64) << (posin.astype(np.uint64) * np.uint64(7))
+                    vals = np.bitwise_or.reduceat(parts, vst, axis=1).view(np.int64).reshape(-1)
+            else:
+                vals = np.empty(B, dtype=object)
+                vals[:] = [r.tobytes() for r in payload]
+        out.append(_Parsed(kind, np.full(B, count, dtype=np.int64), vals))
+    return out
 
 
 # --------------------------------------------------------------------------- protobuf path
@@ -443,9 +536,15 @@ def _records(serialized: Any) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray
 
 def _parse(serialized: Any, features: Mapping[str, Any]) -> tuple[list[_Spec], list[_Parsed], int, tuple[int, ...]]:
     specs = [_Spec(k, f) for k, f in features.items()]
-    data, starts, ends, _fixed, shape = _records(serialized)
+    data, starts, ends, fixed, shape = _records(serialized)
     B = len(starts)
     u8 = np.frombuffer(data, dtype=np.uint8)
+    if fixed is None and B > 1 and len(data) == B * int(ends[0] - starts[0]):
+        fixed = u8.reshape(B, -1)  # joined records of one length
+    if fixed is not None and B > 1 and fixed.shape[1]:
+        uniform = _uniform(fixed, specs)
+        if uniform is not None:
+            return specs, uniform, B, shape
     slow, kinds, ps, pe, ne = _walk(u8, starts, ends, specs)
     fast_rows = np.flatnonzero(~slow)
     parsed_fast: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -453,7 +552,7 @@ def _parse(serialized: Any, features: Mapping[str, Any]) -> tuple[list[_Spec], l
         k = kinds[fi]
         rows = fast_rows[k[fast_rows] == sp.kind]
         counts = np.zeros(B, dtype=np.int64)
-        c, vals, bad = _fast_values(u8, data, sp, rows, ps[fi, rows], pe[fi, rows], ne[fi, rows])
+        c, vals, bad = _fast_values(u8, data, sp.kind, rows, ps[fi, rows], pe[fi, rows], ne[fi, rows])
         if bad.any():
             slow[rows[bad]] = True
         counts[rows] = c
@@ -464,9 +563,7 @@ def _parse(serialized: Any, features: Mapping[str, Any]) -> tuple[list[_Spec], l
             for okind in (_BYTES, _FLOAT, _INT64):
                 sel = other[k[other] == okind]
                 if sel.size:
-                    tmp = _Spec.__new__(_Spec)
-                    tmp.kind = okind
-                    oc, _v, obad = _fast_values(u8, data, tmp, sel, ps[fi, sel], pe[fi, sel], ne[fi, sel])
+                    oc, _v, obad = _fast_values(u8, data, okind, sel, ps[fi, sel], pe[fi, sel], ne[fi, sel])
                     counts[sel] = oc
                     slow[sel[obad]] = True
     slow_rows = np.flatnonzero(slow)
@@ -486,7 +583,7 @@ def _parse(serialized: Any, features: Mapping[str, Any]) -> tuple[list[_Spec], l
             counts[slow_rows] = 0
             keep = ~slow[vrows]
             if not keep.all():
-                vals = _drop_rows(vals, counts_of_rows(parsed_fast[fi][0], vrows), keep)
+                vals = _drop_rows(vals, parsed_fast[fi][0][vrows], keep)
                 vrows = vrows[keep]
             svals: list[Any] = []
             srows: list[int] = []
@@ -503,13 +600,9 @@ def _parse(serialized: Any, features: Mapping[str, Any]) -> tuple[list[_Spec], l
     return specs, out, B, shape
 
 
-def counts_of_rows(counts: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    return counts[rows]
-
-
 def _drop_rows(vals: np.ndarray, counts: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    mask = np.repeat(keep, counts)
-    return vals[mask]
+    kept: np.ndarray = vals[np.repeat(keep, counts)]
+    return kept
 
 
 def _merge(
@@ -526,13 +619,15 @@ def _merge(
     total = int(seg_counts.sum())
     out = np.empty(total, dtype=dt)
     dest_off = np.concatenate([[0], np.cumsum(seg_counts)])
-    pos = {int(r): int(dest_off[i]) for i, r in enumerate(rows.tolist())}
+    pos = np.zeros(len(counts), dtype=np.int64)  # output offset of each record's values
+    pos[rows] = dest_off[:-1]
     if len(vrows):
         vc = counts[vrows]
-        dst = np.repeat(np.array([pos[int(r)] for r in vrows.tolist()], dtype=np.int64) - np.concatenate([[0], np.cumsum(vc)[:-1]]), vc) + np.arange(int(vc.sum()))
+        src_off = np.concatenate([[0], np.cumsum(vc)[:-1]])
+        dst = np.repeat(pos[vrows] - src_off, vc) + np.arange(int(vc.sum()), dtype=np.int64)
         out[dst] = vals
     for r, v in zip(srows.tolist(), svals):
-        a = pos[r]
+        a = int(pos[r])
         if kind == _BYTES:
             out[a : a + len(v)] = [bytes(x) for x in v]
         else:
@@ -560,14 +655,14 @@ def _assemble(specs: list[_Spec], parsed: list[_Parsed], B: int, single: bool) -
             if cnt.size:
                 i = int(cnt[0])
                 errors.append((i, fi, _key(sp, i, single)
-                               + f"Number of {_KIND_NAME[sp.kind]} values != expected.  "
-                               f"Values size: {int(p.count[i])} but output shape: {sp.shape_text()}"))
+                               + (f"Number of {_KIND_NAME[sp.kind]} values != expected.  "
+                                  f"Values size: {int(p.count[i])} but output shape: {sp.shape_text()}")))
             if sp.default is None:
                 miss = np.flatnonzero(~present)
                 if miss.size:
                     errors.append((int(miss[0]), fi,
-                                   f"Feature: {sp.key} (data type: {_KIND_NAME[sp.kind]}) is "
-                                   "required but could not be found."))
+                                   (f"Feature: {sp.key} (data type: {_KIND_NAME[sp.kind]}) is "
+                                    "required but could not be found.")))
         elif sp.cls == "seq":
             cnt = np.flatnonzero(ok_kind & (p.count % sp.n != 0))
             if cnt.size:

@@ -8,7 +8,8 @@ TensorFlow's ``feature.proto`` / ``example.proto`` (proto3).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,11 @@ def example_class() -> Any:
     field(msg("Example"), "features", 1, F.TYPE_MESSAGE, opt, ".tensorflow.Features")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    _EXAMPLE = message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
+    desc = pool.FindMessageTypeByName("tensorflow.Example")
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.21
+        _EXAMPLE = message_factory.GetMessageClass(desc)
+    else:  # pragma: no cover - older protobuf
+        _EXAMPLE = message_factory.MessageFactory(pool).GetPrototype(desc)
     return _EXAMPLE
 
 
@@ -103,4 +108,4 @@ def serialize_example(features: Mapping[str, Any]) -> bytes:
             fmap[key].bytes_list.value.extend(vals)
         else:
             raise TypeError(f"feature {key!r}: unsupported value type {arr.dtype}")
-    return ex.SerializeToString()
+    return bytes(ex.SerializeToString())

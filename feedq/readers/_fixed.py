@@ -121,11 +121,13 @@ class FixedLengthRecordReader(ReaderBase):
 
     def _next_block(self, n: int) -> RecordBlock:
         buf, wu = self._buf, self._work_unit
-        assert buf is not None and wu is not None  # noqa: S101 - set by _open
+        assert buf is not None and wu is not None
         L, S = self.record_bytes, self._stride
         k = min(n, max(1, self.block_bytes // S))
         try:
-            buf.fill((k - 1) * S + L + self.footer_bytes)
+            # Read whole strides only: the next block starts a fresh buffer
+            # instead of copying a partial record over.
+            buf.fill(max(k * S, (k - 1) * S + L) + self.footer_bytes, exact=True)
         except DataLossError as exc:
             raise _data_loss(exc, buf.offset) from None
         k = min(k, self._fit(buf.avail))
@@ -148,7 +150,7 @@ class FixedLengthRecordReader(ReaderBase):
 
     def _advance(self, nbytes: int) -> None:
         buf = self._buf
-        assert buf is not None  # noqa: S101
+        assert buf is not None
         buf.pos += nbytes
         if buf.pos > len(buf.data):
             # hop_bytes > record_bytes: the next record starts past the buffer.
@@ -172,7 +174,7 @@ class FixedLengthRecordReader(ReaderBase):
         return self._record_offset(self._next), self._next
 
     def _seek(self, offset: int, index: int) -> None:
-        assert self._work_unit is not None  # noqa: S101
+        assert self._work_unit is not None
         self._close_stream()
         self._open_at(self._work_unit, index)
 

@@ -9,18 +9,21 @@ into feedq errors naming the file (R8, R14).
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import weakref
 import zlib
 from typing import BinaryIO
 
 from feedq.errors import DataLossError, NotFoundError
 
-__all__ = ["ByteStream", "open_stream", "normalize_compression", "path_of"]
+__all__ = ["ByteStream", "normalize_compression", "open_stream", "path_of"]
 
 _COMPRESSED_CHUNK = 256 * 1024  # compressed bytes fed to zlib per step
+_INFLATE_CHUNK = 1 << 20  # decompressed bytes per chunk handed over (2 wait at most)
 
 
-def normalize_compression(compression: str | None) -> str:
+def normalize_compression(compression: str | int | None) -> str:
     """Map a TF compression name (``None``, ``""``, ``"GZIP"``, ``"ZLIB"``) to ``""``/GZIP/ZLIB.
 
     Raises:
@@ -43,51 +46,26 @@ def path_of(work_unit: bytes | str) -> str:
     return os.fsdecode(work_unit)
 
 
-class ByteStream:
-    """A forward-only byte stream over one file, plain or decompressed.
-
-    ``offset`` is the position in the decompressed stream. ``size`` is the
-    total size when known without reading (plain files), else ``None``.
-    """
+class _Inflater:
+    """zlib decompression of one file, produced in chunks (GZIP members chained)."""
 
     def __init__(self, name: str, raw: BinaryIO, compression: str) -> None:
         self.name = name
         self._raw = raw
-        # A reader dropped mid-file closes its file when collected, quietly.
-        self._finalizer = weakref.finalize(self, raw.close)
         self.compression = compression
-        self.offset = 0
-        self._eof = False
-        self.size: int | None = None
-        if compression == "":
-            self.size = os.fstat(raw.fileno()).st_size
-            self._dec = None
-        else:
-            self._dec = self._new_decompressor()
-            self._pending = b""  # compressed input not yet consumed by zlib
-            self._raw_offset = 0
+        self._wbits = 31 if compression == "GZIP" else 15  # TF's ZlibCompressionOptions
+        self._dec = zlib.decompressobj(self._wbits)
+        self._pending = b""  # compressed input not yet given to zlib
+        self._raw_offset = 0
+        self._done = False
 
-    def _new_decompressor(self) -> zlib._Decompress:
-        # GZIP: wbits 16+15; ZLIB: 15 (TF's ZlibCompressionOptions defaults).
-        return zlib.decompressobj(31 if self.compression == "GZIP" else 15)
-
-    def read(self, n: int) -> bytes:
-        """Read up to ``n`` bytes; fewer only at the end of the stream.
+    def produce(self, n: int) -> bytes:
+        """Up to ``n`` decompressed bytes; ``b""`` only at the end of the stream.
 
         Raises:
-            DataLossError: corrupt or truncated compressed data.
+            DataLossError: corrupt, truncated or trailing data.
         """
-        if n <= 0 or self._eof:
-            return b""
-        if self._dec is None:
-            data = self._raw.read(n)
-            if len(data) < n:
-                self._eof = True
-            self.offset += len(data)
-            return data
-        parts: list[bytes] = []
-        want = n
-        while want > 0:
+        while not self._done:
             if self._dec.eof:
                 # Concatenated GZIP members (as `cat a.gz b.gz` makes) continue the stream.
                 rest = self._dec.unused_data + self._pending
@@ -96,14 +74,14 @@ class ByteStream:
                     rest = self._raw.read(_COMPRESSED_CHUNK)
                     self._raw_offset += len(rest)
                 if not rest:
-                    self._eof = True
+                    self._done = True
                     break
                 if self.compression != "GZIP":
                     raise DataLossError(
                         f"{self.name}: trailing bytes after the {self.compression} stream "
                         f"at compressed offset {self._raw_offset - len(rest)}"
                     )
-                self._dec = self._new_decompressor()
+                self._dec = zlib.decompressobj(self._wbits)
                 self._pending = rest
                 continue
             if self._dec.unconsumed_tail:
@@ -119,15 +97,140 @@ class ByteStream:
                         )
                 src, self._pending = self._pending, b""
             try:
-                out = self._dec.decompress(src, want)
+                out = self._dec.decompress(src, n)
             except zlib.error as exc:
                 raise DataLossError(
                     f"{self.name}: inflate() failed with {exc} (is this a "
                     f"{self.compression} file?)"
                 ) from None
-            parts.append(out)
-            want -= len(out)
-        data = b"".join(parts)
+            if out:
+                return out
+        return b""
+
+
+class _Prefetcher:
+    """Decompresses ahead in a named daemon thread (zlib releases the GIL).
+
+    At most ``depth`` chunks wait, so memory stays bounded. The thread holds
+    no reference to its ByteStream, so a stream dropped without ``close()``
+    is still collected, and its finalizer stops the thread.
+    """
+
+    def __init__(self, inflater: _Inflater, chunk: int, depth: int = 2) -> None:
+        self._q: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=_prefetch_loop,
+            args=(inflater, chunk, self._q, self._stop),
+            name=f"feedq-inflate:{os.path.basename(inflater.name)}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def get(self) -> bytes:
+        item = self._q.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # unblock a put() in progress
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5.0)
+
+
+def _prefetch_loop(
+    inflater: _Inflater,
+    chunk: int,
+    q: queue.Queue[bytes | BaseException],
+    stop: threading.Event,
+) -> None:
+    while not stop.is_set():
+        try:
+            item: bytes | BaseException = inflater.produce(chunk)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+            item = exc
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                break
+            except queue.Full:
+                continue
+        if not isinstance(item, bytes) or item == b"":
+            return
+
+
+class ByteStream:
+    """A forward-only byte stream over one file, plain or decompressed.
+
+    ``offset`` is the position in the decompressed stream. ``size`` is the
+    total size when known without reading (plain files), else ``None``.
+    Compressed streams decompress one chunk ahead in a background thread
+    (``prefetch``), overlapping zlib with the caller's decoding.
+    """
+
+    def __init__(self, name: str, raw: BinaryIO, compression: str, *, prefetch: bool = True) -> None:
+        self.name = name
+        self._raw = raw
+        self.compression = compression
+        self.offset = 0
+        self._eof = False
+        self.size: int | None = None
+        self._inflater: _Inflater | None = None
+        self._prefetch: _Prefetcher | None = None
+        self._chunk = b""
+        self._chunk_pos = 0
+        if compression == "":
+            self.size = os.fstat(raw.fileno()).st_size
+        else:
+            self._inflater = _Inflater(name, raw, compression)
+            if prefetch:
+                self._prefetch = _Prefetcher(self._inflater, _INFLATE_CHUNK)
+        # A reader dropped mid-file closes its file when collected, quietly.
+        self._finalizer = weakref.finalize(self, _close, raw, self._prefetch)
+
+    def _next_chunk(self) -> bytes:
+        if self._prefetch is not None:
+            return self._prefetch.get()
+        assert self._inflater is not None
+        return self._inflater.produce(_INFLATE_CHUNK)
+
+    def read(self, n: int) -> bytes:
+        """Read up to ``n`` bytes; fewer only at the end of the stream.
+
+        Raises:
+            DataLossError: corrupt or truncated compressed data.
+        """
+        if n <= 0 or self._eof:
+            return b""
+        if self._inflater is None:
+            data = self._raw.read(n)
+            if len(data) < n:
+                self._eof = True
+            self.offset += len(data)
+            return data
+        parts: list[bytes] = []
+        want = n
+        while want > 0:
+            if self._chunk_pos >= len(self._chunk):
+                self._chunk = self._next_chunk()
+                self._chunk_pos = 0
+                if not self._chunk:
+                    self._eof = True
+                    break
+            take = min(want, len(self._chunk) - self._chunk_pos)
+            if self._chunk_pos == 0 and take == len(self._chunk):
+                parts.append(self._chunk)
+            else:
+                parts.append(self._chunk[self._chunk_pos : self._chunk_pos + take])
+            self._chunk_pos += take
+            want -= take
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         self.offset += len(data)
         return data
 
@@ -137,7 +240,7 @@ class ByteStream:
         Returns:
             The number of bytes skipped (fewer only at the end of the stream).
         """
-        if self._dec is None:
+        if self._inflater is None:
             size = self.size if self.size is not None else 0
             k = max(0, min(n, size - self.offset))
             self._raw.seek(self.offset + k)
@@ -159,8 +262,14 @@ class ByteStream:
         return self._eof
 
     def close(self) -> None:
-        """Close the underlying file."""
+        """Stop decompressing ahead and close the underlying file."""
         self._finalizer()
+
+
+def _close(raw: BinaryIO, prefetch: _Prefetcher | None) -> None:
+    if prefetch is not None:
+        prefetch.close()
+    raw.close()
 
 
 def open_stream(work_unit: bytes | str, compression: str = "") -> ByteStream:

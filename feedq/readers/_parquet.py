@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +32,7 @@ class ColumnBlock:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
-        return self.batch.num_rows
+        return int(self.batch.num_rows)
 
     def keys(self) -> np.ndarray:
         """``[k]`` object array of ``b"file:row"``."""
@@ -110,7 +111,7 @@ class ParquetReader(ReaderBase):
         block = self.read_block(queue, num_records, timeout=timeout, fill=True)
         return block.keys(), block.values()
 
-    def read(self, queue: FilenameQueue, timeout: float | None = None) -> tuple[bytes, Any]:  # type: ignore[override]
+    def read(self, queue: FilenameQueue, timeout: float | None = None) -> tuple[bytes, Any]:
         """Read one row: ``(key, {column: value})``."""
         keys, cols = self.read_up_to(queue, 1, timeout=timeout)
         return keys[0], {k: v[0] for k, v in cols.items()}
@@ -169,7 +170,7 @@ class ParquetReader(ReaderBase):
 
     def _next_block(self, n: int) -> ColumnBlock:
         wu = self._work_unit
-        assert wu is not None  # noqa: S101 - set by _open
+        assert wu is not None
         b = self._next_batch()
         if b is None:
             schema = self._pf.schema_arrow
@@ -187,13 +188,13 @@ class ParquetReader(ReaderBase):
     def _exhausted(self) -> bool:
         if self._pf is None:
             return True
-        return self._row >= self._pf.metadata.num_rows
+        return bool(self._row >= self._pf.metadata.num_rows)
 
     def _position(self) -> tuple[int, int]:
         return self._row, self._row
 
     def _seek(self, offset: int, index: int) -> None:
-        assert self._work_unit is not None  # noqa: S101
+        assert self._work_unit is not None
         self._open_at(self._work_unit, index)
 
     def _resync(self, offset: int) -> None:  # pragma: no cover - never resyncs

@@ -37,9 +37,10 @@ def _out_dtype(out_type: Any) -> np.dtype:
             import ml_dtypes  # optional: numpy has no bfloat16 of its own
         except ImportError as exc:
             raise TypeError("decode_raw to bfloat16 needs the ml_dtypes package") from exc
-        return np.dtype(ml_dtypes.bfloat16)
+        bf16: np.dtype = np.dtype(ml_dtypes.bfloat16)
+        return bf16
     try:
-        dt = np.dtype(out_type)
+        dt: np.dtype = np.dtype(out_type)
     except TypeError:
         raise TypeError(f"decode_raw: unsupported out_type {out_type!r}") from None
     if dt.kind in "OSUV" or (dt not in _TF_NAMES and dt.name != "bfloat16"):

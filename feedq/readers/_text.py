@@ -91,7 +91,7 @@ class TextLineReader(ReaderBase):
 
     def _refill(self, need: int) -> None:
         buf = self._buf
-        assert buf is not None  # noqa: S101 - internal invariant, set by _open
+        assert buf is not None
         try:
             buf.fill(need)
         except DataLossError as exc:
@@ -103,7 +103,7 @@ class TextLineReader(ReaderBase):
     def _next_block(self, n: int) -> RecordBlock:
         buf = self._buf
         wu = self._work_unit
-        assert buf is not None and wu is not None  # noqa: S101 - set by _open
+        assert buf is not None and wu is not None
         while True:
             complete = len(self._nl) - self._nl_i
             at_eof = buf.stream.at_eof or (
@@ -154,11 +154,11 @@ class TextLineReader(ReaderBase):
         return buf.avail == 0 and (s.at_eof or (s.size is not None and s.offset >= s.size))
 
     def _position(self) -> tuple[int, int]:
-        assert self._buf is not None  # noqa: S101
+        assert self._buf is not None
         return self._buf.offset, self._line
 
     def _seek(self, offset: int, index: int) -> None:
-        assert self._work_unit is not None  # noqa: S101
+        assert self._work_unit is not None
         self._close_stream()
         self._open_at(self._work_unit, offset, index)
 

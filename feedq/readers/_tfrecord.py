@@ -16,9 +16,10 @@ import enum
 import os
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,13 +30,16 @@ from feedq.readers._base import (
     ReaderBase,
     RecordBlock,
     _Buffer,
-    _SkipFile,
     _data_loss,
     _empty_block,
     _not_found,
+    _SkipFile,
 )
 from feedq.readers._crc import crc32c_function, mask_crc_array, masked_crc32c
 from feedq.readers._io import normalize_compression, open_stream
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "TFRecordCompressionType",
@@ -144,7 +148,7 @@ class TFRecordReader(ReaderBase):
 
     def _fill(self, need: int) -> bool:
         buf = self._buf
-        assert buf is not None  # noqa: S101 - set by _open
+        assert buf is not None
         try:
             return buf.fill(need)
         except DataLossError as exc:
@@ -176,7 +180,7 @@ class TFRecordReader(ReaderBase):
 
     def _next_block(self, n: int) -> RecordBlock:
         buf, wu = self._buf, self._work_unit
-        assert buf is not None and wu is not None  # noqa: S101 - set by _open
+        assert buf is not None and wu is not None
         start = buf.offset
         if not self._fill(_HEADER):
             if buf.avail == 0:
@@ -196,7 +200,13 @@ class TFRecordReader(ReaderBase):
         # Validate every header (length CRC, vectorised) and every data CRC
         # (one C call per record) of the block; keep the records before the
         # first bad one and report it after them (R14).
-        hbad = np.flatnonzero(_masked_crc8(u8, starts) != _gather_u32(u8, starts + 8))
+        stored = _gather_u32(u8, starts + 8)
+        if k and np.all(lengths == lengths[0]) and np.all(stored == stored[0]):
+            # Identical headers: one CRC decides for all of them.
+            one = _masked_crc8(u8, starts[:1])[0]
+            hbad = np.arange(k) if one != stored[0] else np.zeros(0, dtype=np.int64)
+        else:
+            hbad = np.flatnonzero(_masked_crc8(u8, starts) != stored)
         kh = int(hbad[0]) if hbad.size else k
         big = np.flatnonzero(lengths[:kh] > self.max_record_bytes)
         kh = min(kh, int(big[0])) if big.size else kh
@@ -269,17 +279,17 @@ class TFRecordReader(ReaderBase):
         return buf.avail == 0 and (s.at_eof or (s.size is not None and s.offset >= s.size))
 
     def _position(self) -> tuple[int, int]:
-        assert self._buf is not None  # noqa: S101
+        assert self._buf is not None
         return self._buf.offset, self._buf.offset
 
     def _seek(self, offset: int, index: int) -> None:
-        assert self._work_unit is not None  # noqa: S101
+        assert self._work_unit is not None
         self._close_stream()
         self._open_at(self._work_unit, offset)
 
     def _resync(self, offset: int) -> None:
         buf = self._buf
-        assert buf is not None  # noqa: S101
+        assert buf is not None
         if buf.base <= offset <= buf.base + len(buf.data):
             buf.pos = offset - buf.base
         else:
@@ -289,32 +299,38 @@ class TFRecordReader(ReaderBase):
 def _scan(data: bytes, u8: np.ndarray, pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Locate up to ``n`` whole records buffered from ``pos`` (headers unchecked).
 
-    The record at ``pos`` is known to be whole. A run of records with the
-    same header (the common case: one Example layout) is confirmed with one
-    NumPy comparison of their headers -- each confirmed length places the
-    next record -- instead of a Python step per record.
+    A tight scalar loop walks records of varying length. Once four records
+    in a row have the same length (the common case: one Example layout), the
+    rest of that run is confirmed with NumPy -- one comparison of all their
+    headers, each confirmed length placing the next record -- instead of a
+    Python step per record.
     """
     end = len(data)
-    starts: list[np.ndarray] = []
-    lens: list[np.ndarray] = []
+    chunks_s: list[np.ndarray] = []
+    chunks_l: list[np.ndarray] = []
     small_s: list[int] = []
     small_l: list[int] = []
+    s_append, l_append = small_s.append, small_l.append
     count = 0
+    prev, same = -1, 0
     unpack = struct.unpack_from
     while count < n and end - pos >= _HEADER:
         (length,) = unpack("<Q", data, pos)
-        rec = _HEADER + length + _FOOTER
-        if length > end or pos + rec > end:
+        rec = length + (_HEADER + _FOOTER)
+        if pos + rec > end:
             break  # not whole in the buffer (or a bad length): the next call decides
-        limit = min(n - count, (end - pos) // rec)
-        hdr = data[pos : pos + _HEADER]
-        run = 1
-        # A cheap scalar probe first: varying lengths never pay for NumPy.
-        while run < limit and run < 4 and data[pos + run * rec : pos + run * rec + _HEADER] == hdr:
-            run += 1
-        if run == 4 and run < limit:
-            ref = u8[pos : pos + _HEADER]
-            window = 64
+        if length == prev:
+            same += 1
+        else:
+            prev, same = length, 0
+        s_append(pos)
+        l_append(length)
+        count += 1
+        pos += rec
+        if same >= 3 and count < n:
+            limit = min(n - count, (end - pos) // rec)
+            ref = u8[pos - rec : pos - rec + _HEADER]
+            run, window = 0, 64
             while run < limit:
                 k = min(window, limit - run)
                 at = pos + rec * np.arange(run, run + k, dtype=np.int64)
@@ -325,28 +341,22 @@ def _scan(data: bytes, u8: np.ndarray, pos: int, n: int) -> tuple[np.ndarray, np
                 else:
                     run += int(np.argmin(ok))
                     break
-        if run < 4:
-            # Short runs stay in Python lists: no NumPy call per record.
-            for i in range(run):
-                small_s.append(pos + i * rec)
-            small_l.extend([length] * run)
-        else:
-            if small_s:
-                starts.append(np.array(small_s, dtype=np.int64))
-                lens.append(np.array(small_l, dtype=np.int64))
-                small_s, small_l = [], []
-            starts.append(pos + rec * np.arange(run, dtype=np.int64))
-            lens.append(np.full(run, length, dtype=np.int64))
-        count += run
-        pos += rec * run
-    if small_s:
-        starts.append(np.array(small_s, dtype=np.int64))
-        lens.append(np.array(small_l, dtype=np.int64))
-    if not starts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    if len(starts) == 1:
-        return starts[0], lens[0]
-    return np.concatenate(starts), np.concatenate(lens)
+            if run:
+                chunks_s.append(np.array(small_s, dtype=np.int64))
+                chunks_l.append(np.array(small_l, dtype=np.int64))
+                small_s.clear()
+                small_l.clear()
+                chunks_s.append(pos + rec * np.arange(run, dtype=np.int64))
+                chunks_l.append(np.full(run, length, dtype=np.int64))
+                count += run
+                pos += rec * run
+            same = 0
+    if small_s or not chunks_s:
+        chunks_s.append(np.array(small_s, dtype=np.int64))
+        chunks_l.append(np.array(small_l, dtype=np.int64))
+    if len(chunks_s) == 1:
+        return chunks_s[0], chunks_l[0]
+    return np.concatenate(chunks_s), np.concatenate(chunks_l)
 
 
 _AR12 = np.arange(_HEADER, dtype=np.int64)
@@ -465,7 +475,7 @@ class TFRecordWriter:
         finally:
             self._file.close()
 
-    def __enter__(self) -> TFRecordWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

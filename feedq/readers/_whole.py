@@ -49,7 +49,7 @@ class WholeFileReader(ReaderBase):
 
     def _next_block(self, n: int) -> RecordBlock:
         wu = self._work_unit
-        assert wu is not None and self._stream is not None  # noqa: S101 - set by _open
+        assert wu is not None and self._stream is not None
         if self._done:
             return _empty_block(wu)
         size = self._stream.size or 0
