@@ -24,6 +24,7 @@ from .devices import (
     list_devices,
     set_device_config,
     to_cupy,
+    to_torch,
 )
 from .input import (
     Stage,
@@ -116,4 +117,5 @@ __all__ = [
     "start_queue_runners",
     "string_input_producer",
     "to_cupy",
+    "to_torch",
 ]

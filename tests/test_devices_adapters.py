@@ -113,3 +113,20 @@ def test_public_names_show_public_module() -> None:
     for name in ["DeviceFeeder", "DeviceSpec", "DeviceConfig", "MissingExtraError", "device",
                  "list_devices", "as_torch_dataset"]:
         assert getattr(d, name).__module__ == "feedq.devices"
+
+
+def test_to_torch_is_zero_copy_and_keeps_structure() -> None:
+    torch = pytest.importorskip("torch")
+    import feedq
+
+    q = feedq.FIFOQueue(8, [np.float32, str], shapes=[[2], []], names=["x", "s"])
+    q.enqueue_many({"x": np.ones((2, 2), np.float32), "s": ["a", "b"]})
+    batch = q.dequeue_many(2)
+    out = feedq.to_torch(batch)
+    assert isinstance(out["x"], torch.Tensor) and out["s"] is batch["s"]
+    out["x"][0, 0] = 5.0
+    assert batch["x"][0, 0] == 5.0  # shares memory with the dequeued array
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    t = feedq.to_torch([ro])[0]
+    assert t.shape == (3,) and not np.shares_memory(t.numpy(), ro)

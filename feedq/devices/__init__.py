@@ -16,7 +16,7 @@ torch, CuPy and TensorFlow are imported on first use only.
 
 from __future__ import annotations
 
-from ._adapters import as_tf_dataset, as_torch_dataset, tf_signature, to_cupy
+from ._adapters import as_tf_dataset, as_torch_dataset, tf_signature, to_cupy, to_torch
 from ._extras import MissingExtraError
 from ._feeder import DeviceFeeder, FeederStatistics, ReplicaMode
 from ._placement import (
@@ -55,6 +55,7 @@ __all__ = [
     "set_device_config",
     "tf_signature",
     "to_cupy",
+    "to_torch",
 ]
 
 # The public path, for repr() and docs (style rule 13).

@@ -18,7 +18,7 @@ from ._extras import require
 from ._feeder import DeviceFeeder, _Structure
 from ._spec import DeviceLike, DeviceSpec
 
-__all__ = ["as_tf_dataset", "as_torch_dataset", "tf_signature", "to_cupy"]
+__all__ = ["as_tf_dataset", "as_torch_dataset", "tf_signature", "to_cupy", "to_torch"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -169,6 +169,31 @@ def to_cupy(batch: Any, device: DeviceLike = None) -> Any:
             with cupy.cuda.Device(spec.device_index):
                 return cupy.asarray(x)
         return cupy.from_dlpack(x)
+
+    if isinstance(batch, Mapping):
+        return {k: convert(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(convert(v) for v in batch)
+    return convert(batch)
+
+
+def to_torch(batch: Any) -> Any:
+    """Turns a batch's NumPy arrays into CPU torch tensors without a copy.
+
+    ``torch.from_numpy`` shares memory with the array (a dequeued batch is
+    owned by the caller, so this is safe). The structure (array, list, tuple,
+    dict) is kept; string (object) arrays and scalars stay as they are.
+    Read-only arrays are copied, since torch tensors are always writable.
+
+    Raises:
+        MissingExtraError: torch is not installed.
+    """
+    torch = require("torch", "feedq.to_torch")
+
+    def convert(x: Any) -> Any:
+        if isinstance(x, np.ndarray) and x.dtype.kind != "O":
+            return torch.from_numpy(x if x.flags.writeable else x.copy())
+        return x
 
     if isinstance(batch, Mapping):
         return {k: convert(v) for k, v in batch.items()}
