@@ -1,4 +1,5 @@
-"""Queues: FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue, PriorityQueue.
+"""Queues: FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue, PriorityQueue,
+and the ConditionalAccumulator (spec A1–A4).
 
 See ``docs/queue-api.md`` for the contract and ``../shared/spec`` rules
 Q1–Q43 and T1–T4 for the behaviour they follow.
@@ -6,11 +7,18 @@ Q1–Q43 and T1–T4 for the behaviour they follow.
 
 from __future__ import annotations
 
+from ._accumulator import (
+    AccumulatorStatistics,
+    ConditionalAccumulator,
+    reset_shared_accumulators,
+)
 from ._base import QueueBase, QueueState, QueueStatistics, reset_shared_queues
 from ._kinds import FIFOQueue, PaddingFIFOQueue, PriorityQueue, RandomShuffleQueue
 from ._spec import STRING, as_dtype
 
 __all__ = [
+    "AccumulatorStatistics",
+    "ConditionalAccumulator",
     "FIFOQueue",
     "PaddingFIFOQueue",
     "PriorityQueue",
@@ -20,5 +28,6 @@ __all__ = [
     "RandomShuffleQueue",
     "STRING",
     "as_dtype",
+    "reset_shared_accumulators",
     "reset_shared_queues",
 ]

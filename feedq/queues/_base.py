@@ -248,6 +248,7 @@ class QueueBase:
         # scalar (indexing copies), 1 numeric row (view: copy), 2 object
         # scalar or ragged (take the reference, clear the slot), 3 object row.
         self._obj_cols = [c.dtype is STRING or not c.dense for c in components]
+        self._single_numeric = len(components) == 1 and components[0].dense and components[0].dtype is not STRING
         self._row_kinds = [
             (0 if c.shape == () else 1) if c.dense and c.dtype is not STRING
             else (3 if c.dense and c.shape != () else 2)
@@ -378,14 +379,18 @@ class QueueBase:
             _check_timeout(timeout)
         comps = self._components
         if self._single and not isinstance(vals, (list, tuple, dict)):
-            values = [vals]
+            row = [comps[0].convert_one(vals, self._wheres[0])]
         else:
             values = flatten_values(vals, self._names, len(comps), self._desc)
-        wheres = self._wheres
-        row = [comp.convert_one(value, wheres[comp.index]) for comp, value in zip(comps, values)]
+            wheres = self._wheres
+            row = [comp.convert_one(value, wheres[comp.index]) for comp, value in zip(comps, values)]
         with self._mutex:
             # Fast path: nobody ahead in line and room now.
-            if self._state is QueueState.OPEN and not self._producers and self._free() > 0:
+            if (
+                self._state is QueueState.OPEN
+                and not self._producers
+                and (self._capacity < 0 or self._size < self._capacity)
+            ):
                 if self._size >= self._alloc:
                     self._ensure_alloc(self._size + 1)
                 self._put_one(row)

@@ -135,14 +135,20 @@ class FIFOQueue(QueueBase):
         pos = self._head + self._size
         if pos >= self._alloc:
             pos -= self._alloc
+        if len(row) == 1:
+            self._cols[0][pos] = row[0]
+            return
         for buf, value in zip(self._cols, row):
             buf[pos] = value
 
     def _take_one(self) -> list[Any]:
         pos = self._head
-        row = self._read_row(pos)
         self._head = pos + 1 if pos + 1 < self._alloc else 0
-        return row
+        if self._single_numeric:
+            # One dense numeric component: index (scalar) or copy the row.
+            v = self._cols[0][pos]
+            return [v.copy() if self._row_kinds[0] == 1 else v]
+        return self._read_row(pos)
 
 
 class PaddingFIFOQueue(FIFOQueue):

@@ -167,6 +167,8 @@ class Component:
                 if value.dtype == self.dtype and value.shape == self.shape:
                     return value
             elif self._scalar:  # type: ignore[attr-defined]
+                if t is self.dtype.type:
+                    return value  # a NumPy scalar of exactly this dtype
                 bounds = self._bounds  # type: ignore[attr-defined]
                 if t is int and bounds is not None and bounds[0] <= value <= bounds[1]:
                     return value
