@@ -312,14 +312,12 @@ class RandomShuffleQueue(QueueBase):
             _clear(buf, last)
         return row
 
-    def _draw(self, k: int) -> np.ndarray[Any, Any]:
-        """k distinct positions in [0, size), uniformly, in random order."""
+    def _draw_sparse(self, k: int) -> np.ndarray[Any, Any]:
+        """k distinct positions in [0, size) with size > 4k, uniformly, in random order."""
         size, rng = self._size, self._rng
-        if 4 * k >= size:
-            return rng.permutation(size)[:k]
         while True:
             # The first k distinct values of iid uniform draws are a uniform
-            # k-permutation; 2k+16 draws from >= 4k values rarely fall short.
+            # k-permutation; 2k+16 draws from > 4k values rarely fall short.
             cand = rng.integers(0, size, size=2 * k + 16)
             _, first = np.unique(cand, return_index=True)
             if first.shape[0] >= k:
@@ -328,16 +326,33 @@ class RandomShuffleQueue(QueueBase):
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         size = self._size
-        idx = self._draw(k)
         tail = size - k
+        result = []
+        if 4 * k >= size:
+            # Dense draw: one permutation gives the k drawn (in random order)
+            # and the rows that stay; moving every staying row is O(size),
+            # which is O(k) here, and costs two gathers instead of a dozen
+            # small index operations.
+            perm = self._rng.permutation(size)
+            idx, rest = perm[:k], perm[k:]
+            for i, buf in enumerate(self._cols):
+                if outs is not None:
+                    np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
+                else:
+                    result.append(buf[idx])
+                if tail:
+                    buf[:tail] = buf[rest]  # the right side is gathered first
+                _clear(buf, slice(tail, size))
+            return result
+        idx = self._draw_sparse(k)
         # Holes left in [0, tail) are refilled from the rows of [tail, size)
         # that were not drawn; both sets have the same size.
-        holes = idx[idx < tail]
+        in_tail = idx >= tail
+        holes = idx[~in_tail]
         if holes.shape[0]:
             keep = np.ones(k, dtype=bool)
-            keep[idx[idx >= tail] - tail] = False
+            keep[idx[in_tail] - tail] = False
             fillers = tail + np.flatnonzero(keep)
-        result = []
         for i, buf in enumerate(self._cols):
             if outs is not None:
                 np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
