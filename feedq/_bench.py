@@ -301,11 +301,15 @@ def run_bench(
     progress_every: float = 0.25,
     seed: int = 0,
     device: str | None = None,
+    block_records: int | None = None,
 ) -> BenchResult:
     """Run the pipeline until the data, ``duration`` or ``max_records`` ends.
 
     ``consume(batch)`` is called on every batch (the demo trains there).
-    With ``device``, batches go through a :class:`feedq.devices.DeviceFeeder`
+    Readers take ``block_records`` records per ``read_block`` (default
+    ``max(batch_size, 4096)``): decoding a block is one call, and the batch
+    queue re-slices blocks into batches (``enqueue_many``), so the per-record
+    Python work is nil. With ``device``, batches go through a :class:`feedq.devices.DeviceFeeder`
     to that device first (NumPy on the host, torch tensors elsewhere).
     KeyboardInterrupt stops the pipeline cleanly and returns what was
     measured, with ``stopped_by == "interrupted"``.
@@ -314,6 +318,7 @@ def run_bench(
         FeedqError: a read or decode error (with ``on_error="raise"``).
     """
     result = BenchResult(format=schema.fmt, files=len(paths))
+    block = block_records or max(batch_size, 4096)
     payload = [0]
     reader_objs: list[Any] = []
     decode = make_decoder(schema)
@@ -333,15 +338,15 @@ def run_bench(
                 reader_objs.append(reader)
 
                 def read(reader: Any = reader) -> list[np.ndarray]:
-                    block = reader.read_block(files, batch_size)
-                    cols, nbytes = decode(block)
+                    blk = reader.read_block(files, block)
+                    cols, nbytes = decode(blk)
                     payload[0] += nbytes
                     return cols
 
                 inputs.extend([read] * threads)
             common: dict[str, Any] = dict(enqueue_many=True, dtypes=schema.dtypes, shapes=schema.shapes,
                                           allow_smaller_final_batch=True)
-            capacity = max(4 * batch_size, 2 * readers * threads * batch_size)
+            capacity = max(4 * batch_size, 2 * readers * threads * block)
             if shuffle:
                 stage = finput.shuffle_batch_join(inputs, batch_size, capacity=min_after_dequeue + capacity,
                                                   min_after_dequeue=min_after_dequeue, seed=seed, **common)
