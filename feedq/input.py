@@ -243,6 +243,18 @@ class Stage:
             raise
         return out if isinstance(out, list) else [out]
 
+    def _stream(self, n: int) -> list[Any]:
+        """What a batcher reads from an element stage: up to ``n`` elements,
+        as many as are queued, waiting only while none is (a big block when
+        data is plentiful, no added latency when it trickles)."""
+        self._check_started()
+        try:
+            out = self._queue.dequeue_available(n)
+        except CancelledError as exc:
+            _reraise_cause(exc)
+            raise
+        return out if isinstance(out, list) else [out]
+
     def dequeue(self, timeout: float | None = None) -> Any:
         """One evaluation: an element (producers) or a batch (batchers).
 
@@ -309,6 +321,10 @@ class _SliceStage(Stage):
 
     def _block(self, n: int, timeout: float | None) -> list[Any]:
         idx = Stage._block(self, n, timeout)[0]
+        return [t[idx] for t in self._tensors]
+
+    def _stream(self, n: int) -> list[Any]:
+        idx = Stage._stream(self, n)[0]
         return [t[idx] for t in self._tensors]
 
 
@@ -594,7 +610,7 @@ class _Source:
                 k = self.block
 
                 def block_of_stage() -> tuple[list[Any], bool]:
-                    return stage._block(k, None), True
+                    return stage._stream(k), True
 
                 self.evaluate = block_of_stage
         else:
@@ -674,6 +690,11 @@ class _Source:
             return [g() for g in getters], many
 
         self.evaluate = evaluate_leaves
+
+
+def _block_size(batch_size: int) -> int:
+    """Most elements a batcher thread moves from an element stage at once."""
+    return max(int(batch_size), 4096)
 
 
 def _first_component(stage: Stage) -> Any:
@@ -784,12 +805,28 @@ def _batcher(
                     return
                 out.enqueue_many(blk)
 
+        fed = [0]  # rows put in the shuffle buffer; guarded by `lock`
+
         def to_shuffle(values: list[Any], many: bool) -> None:
-            if many:
-                buf.enqueue_many(values)
-            else:
+            if not many:
                 buf.enqueue(values)
-            drain(final=False)
+                drain(final=False)
+                return
+            # Insert in pieces that end at multiples of batch_size counted
+            # over the whole stream, draining after each: the buffer sees the
+            # same operations however the rows were blocked upstream, so a
+            # seeded single-thread run is reproducible (X12).
+            n = len(values[0])
+            start = 0
+            while start < n:
+                with lock:
+                    take = min(batch_size - fed[0] % batch_size, n - start)
+                    fed[0] += take
+                    aligned = fed[0] % batch_size == 0
+                buf.enqueue_many([np.asarray(v)[start : start + take] for v in values])
+                start += take
+                if aligned:
+                    drain(final=False)
 
         def finish() -> None:  # noqa: F811 - one of two definitions
             # The last runner thread to see the end of its input empties the
@@ -876,7 +913,7 @@ def batch(
     Returns:
         A batch :class:`Stage`.
     """
-    src = _Source(tensors, enqueue_many, dtypes, shapes, block=int(batch_size))
+    src = _Source(tensors, enqueue_many, dtypes, shapes, block=_block_size(batch_size))
     return _batcher([src], num_threads, batch_size=batch_size, capacity=capacity, dynamic_pad=dynamic_pad,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=None, keep_input=None,
                     shared_name=shared_name, name=name or "batch")
@@ -891,7 +928,7 @@ def maybe_batch(tensors: Any, keep_input: Any, batch_size: int, num_threads: int
     ``keep_input`` is a bool, or a callable taking the evaluated components
     and returning a bool (or a bool vector with ``enqueue_many``).
     """
-    src = _Source(tensors, enqueue_many, dtypes, shapes, block=int(batch_size))
+    src = _Source(tensors, enqueue_many, dtypes, shapes, block=_block_size(batch_size))
     return _batcher([src], num_threads, batch_size=batch_size, capacity=capacity, dynamic_pad=dynamic_pad,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=None, keep_input=keep_input,
                     shared_name=shared_name, name=name or "batch")
@@ -904,7 +941,7 @@ def batch_join(tensors_list: Sequence[Any], batch_size: int, capacity: int = 32,
     "N readers in parallel" pattern. Inputs must agree in dtypes and shapes."""
     if not tensors_list:
         raise ValueError("batch_join: tensors_list must not be empty")
-    sources = [_Source(t, enqueue_many, dtypes, shapes, block=int(batch_size)) for t in tensors_list]
+    sources = [_Source(t, enqueue_many, dtypes, shapes, block=_block_size(batch_size)) for t in tensors_list]
     return _batcher(sources, 1, batch_size=batch_size, capacity=capacity, dynamic_pad=dynamic_pad,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=None, keep_input=None,
                     shared_name=shared_name, name=name or "batch_join")
@@ -917,7 +954,7 @@ def maybe_batch_join(tensors_list: Sequence[Any], keep_input: Any, batch_size: i
     """:func:`batch_join` with ``keep_input`` (B12)."""
     if not tensors_list:
         raise ValueError("batch_join: tensors_list must not be empty")
-    sources = [_Source(t, enqueue_many, dtypes, shapes, block=int(batch_size)) for t in tensors_list]
+    sources = [_Source(t, enqueue_many, dtypes, shapes, block=_block_size(batch_size)) for t in tensors_list]
     return _batcher(sources, 1, batch_size=batch_size, capacity=capacity, dynamic_pad=dynamic_pad,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=None, keep_input=keep_input,
                     shared_name=shared_name, name=name or "batch_join")
@@ -943,7 +980,7 @@ def shuffle_batch(tensors: Any, batch_size: int, capacity: int, min_after_dequeu
         ValueError: ``capacity <= min_after_dequeue``.
     """
     _shuffle_args(capacity, min_after_dequeue)
-    src = _Source(tensors, enqueue_many, dtypes, shapes, block=int(batch_size))
+    src = _Source(tensors, enqueue_many, dtypes, shapes, block=_block_size(batch_size))
     return _batcher([src], num_threads, batch_size=batch_size, capacity=capacity, dynamic_pad=False,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=(min_after_dequeue, seed),
                     keep_input=None, shared_name=shared_name, name=name or "shuffle_batch")
@@ -955,7 +992,7 @@ def maybe_shuffle_batch(tensors: Any, batch_size: int, capacity: int, min_after_
                         shared_name: str | None = None, name: str | None = None, dtypes: Any = None) -> Stage:
     """:func:`shuffle_batch` with ``keep_input`` (B12)."""
     _shuffle_args(capacity, min_after_dequeue)
-    src = _Source(tensors, enqueue_many, dtypes, shapes, block=int(batch_size))
+    src = _Source(tensors, enqueue_many, dtypes, shapes, block=_block_size(batch_size))
     return _batcher([src], num_threads, batch_size=batch_size, capacity=capacity, dynamic_pad=False,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=(min_after_dequeue, seed),
                     keep_input=keep_input, shared_name=shared_name, name=name or "shuffle_batch")
@@ -969,7 +1006,7 @@ def shuffle_batch_join(tensors_list: Sequence[Any], batch_size: int, capacity: i
     _shuffle_args(capacity, min_after_dequeue)
     if not tensors_list:
         raise ValueError("shuffle_batch_join: tensors_list must not be empty")
-    sources = [_Source(t, enqueue_many, dtypes, shapes, block=int(batch_size)) for t in tensors_list]
+    sources = [_Source(t, enqueue_many, dtypes, shapes, block=_block_size(batch_size)) for t in tensors_list]
     return _batcher(sources, 1, batch_size=batch_size, capacity=capacity, dynamic_pad=False,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=(min_after_dequeue, seed),
                     keep_input=None, shared_name=shared_name, name=name or "shuffle_batch_join")
@@ -984,7 +1021,7 @@ def maybe_shuffle_batch_join(tensors_list: Sequence[Any], batch_size: int, capac
     _shuffle_args(capacity, min_after_dequeue)
     if not tensors_list:
         raise ValueError("shuffle_batch_join: tensors_list must not be empty")
-    sources = [_Source(t, enqueue_many, dtypes, shapes, block=int(batch_size)) for t in tensors_list]
+    sources = [_Source(t, enqueue_many, dtypes, shapes, block=_block_size(batch_size)) for t in tensors_list]
     return _batcher(sources, 1, batch_size=batch_size, capacity=capacity, dynamic_pad=False,
                     allow_smaller_final_batch=allow_smaller_final_batch, shuffle=(min_after_dequeue, seed),
                     keep_input=keep_input, shared_name=shared_name, name=name or "shuffle_batch_join")

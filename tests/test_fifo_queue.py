@@ -700,3 +700,22 @@ def test_statistics_and_iteration() -> None:
     q.close()
     assert [int(v) for v in q] == [2, 3]
     assert "FIFOQueue(name='stats'" in repr(q)
+
+
+def test_dequeue_available_takes_what_is_there() -> None:
+    """feedq addition: up to n, waiting only while the queue is empty."""
+    q = FIFOQueue(10, np.int32, shapes=[[]])
+    q.enqueue_many([[1, 2, 3]])
+    np.testing.assert_array_equal(q.dequeue_available(5), [1, 2, 3])
+    bg = Bg(q.dequeue_available, 5)
+    wait_blocked(q, consumers=1)
+    q.enqueue_many([[4, 5]])
+    np.testing.assert_array_equal(bg.result(), [4, 5])
+    q.enqueue_many([[6, 7, 8]])
+    np.testing.assert_array_equal(q.dequeue_available(2), [6, 7])
+    with pytest.raises(DeadlineExceededError):
+        FIFOQueue(1, np.int32, shapes=[[]]).dequeue_available(3, timeout=0.01)
+    q.close()
+    np.testing.assert_array_equal(q.dequeue_available(5), [8])
+    with pytest.raises(OutOfRangeError):
+        q.dequeue_available(5)

@@ -26,6 +26,7 @@ ops = st.lists(
         st.tuples(st.just("dequeue"), st.integers(0, 0)),
         st.tuples(st.just("dequeue_many"), st.integers(0, 7)),
         st.tuples(st.just("dequeue_up_to"), st.integers(1, 7)),
+        st.tuples(st.just("dequeue_available"), st.integers(1, 7)),
         st.tuples(st.just("close"), st.integers(0, 0)),
     ),
     max_size=40,
@@ -108,6 +109,8 @@ def _check(kind: str, capacity: int, min_after: int, seq: list[tuple[str, int]],
                 continue
             if op == "dequeue_up_to" and m.closed and 0 < len(m.items) < n:
                 n = len(m.items)
+            if op == "dequeue_available" and 0 < avail < n:
+                n = avail
             if avail >= n and (kind != "priority" or len(m.items) >= n):
                 expected = m.take(n) if kind != "shuffle" else None
                 got = _ids(getattr(q, op)(*(() if op == "dequeue" else (k,)), timeout=0), kind)

@@ -125,11 +125,15 @@ class _Dequeue:
     with ``outs``, written straight into the caller's buffers.
     """
 
-    __slots__ = ("n", "up_to", "op", "outs", "chunks", "count", "finished", "error")
+    __slots__ = ("n", "up_to", "some", "op", "outs", "chunks", "count", "finished", "error")
 
-    def __init__(self, n: int, up_to: bool, op: str, outs: list[np.ndarray[Any, Any]] | None) -> None:
+    def __init__(
+        self, n: int, up_to: bool, op: str, outs: list[np.ndarray[Any, Any]] | None, some: bool = False
+    ) -> None:
         self.n = n
         self.up_to = up_to
+        # dequeue_available: finish as soon as at least one element is held.
+        self.some = some
         self.op = op
         self.outs = outs
         self.chunks: list[list[np.ndarray[Any, Any]]] = []
@@ -570,6 +574,20 @@ class QueueBase:
         The result's leading dimension is the number returned."""
         return self._dequeue_batch(n, timeout, out, up_to=True, op="dequeue_up_to")
 
+    def dequeue_available(self, n: int, timeout: float | None = None, out: Any = None) -> Any:
+        """Up to ``n`` elements: as many as can be taken now, waiting only
+        while none can (a feedq addition, for streaming stages that want big
+        blocks when data is plentiful without waiting to fill them).
+
+        Returns:
+            1..n elements stacked on axis 0, like :meth:`dequeue_up_to`.
+
+        Raises:
+            OutOfRangeError: the queue is closed and empty.
+            CancelledError, DeadlineExceededError: as :meth:`dequeue`.
+        """
+        return self._dequeue_batch(n, timeout, out, up_to=True, op="dequeue_available", some=True)
+
     def dequeue_nowait(self) -> Any:
         """:meth:`dequeue` with ``timeout=0``."""
         return self.dequeue(timeout=0)
@@ -578,7 +596,9 @@ class QueueBase:
         """:meth:`enqueue` with ``timeout=0``."""
         self.enqueue(vals, timeout=0)
 
-    def _dequeue_batch(self, n: int, timeout: float | None, out: Any, up_to: bool, op: str) -> Any:
+    def _dequeue_batch(
+        self, n: int, timeout: float | None, out: Any, up_to: bool, op: str, some: bool = False
+    ) -> Any:
         if type(n) is not int:
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
                 raise TypeError(f"n must be an int, got {n!r}")
@@ -600,17 +620,20 @@ class QueueBase:
         if not up_to:
             self._check_batch_feasible(n)
         with self._mutex:
-            # Fast path: nobody ahead in line and n elements available now.
-            if not self._consumers and self._available() >= n:
-                chunk = self._take(n, outs, 0)
-                self._size -= n
-                self._dequeued += n
+            # Fast path: nobody ahead in line and n elements (or, for
+            # dequeue_available, at least one) available now.
+            avail = self._available() if not self._consumers else 0
+            if avail >= n or (some and avail > 0):
+                k = min(n, avail)
+                chunk = self._take(k, outs, 0)
+                self._size -= k
+                self._dequeued += k
                 if self._producers:
                     self._flush()
                 if outs is None and self._all_dense:
                     return chunk[0] if self._single else pack_values(chunk, self._names)
-                return self._assemble([chunk], n, outs)
-        att = _Dequeue(n, up_to, op, outs)
+                return self._assemble([chunk], k, outs)
+        att = _Dequeue(n, up_to, op, outs, some=some)
         self._run_dequeue(att, timeout)
         return self._assemble(att.chunks, att.count, outs)
 
@@ -849,6 +872,8 @@ class QueueBase:
                 avail = self._available()
                 if avail >= need:
                     self._collect(datt, need)
+                elif datt.some and avail > 0:
+                    self._collect(datt, avail)
                 elif self._ended():
                     if datt.up_to and datt.count + avail > 0:
                         if avail:
