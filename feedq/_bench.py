@@ -10,6 +10,7 @@ kinds and value counts, Parquet columns.
 from __future__ import annotations
 
 import gzip
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -328,6 +329,8 @@ def run_bench(
     fill_sum = fill_max = fname_sum = 0.0
     samples = 0
     last_progress = t0
+    stopped_at: list[float | None] = [None]
+    payload_lock = threading.Lock()
     try:
         with Pipeline() as pipe:
             files = finput.string_input_producer(paths, num_epochs=epochs, shuffle=shuffle, seed=seed,
@@ -340,7 +343,8 @@ def run_bench(
                 def read(reader: Any = reader) -> list[np.ndarray]:
                     blk = reader.read_block(files, block)
                     cols, nbytes = decode(blk)
-                    payload[0] += nbytes
+                    with payload_lock:  # several reader threads add to it
+                        payload[0] += nbytes
                     return cols
 
                 inputs.extend([read] * threads)
@@ -353,6 +357,7 @@ def run_bench(
             else:
                 stage = finput.batch_join(inputs, batch_size, capacity=capacity, dynamic_pad=dynamic, **common)
             deadline = None if duration is None else t0 + duration
+
             def take(t: float | None) -> Any:
                 return stage.dequeue(timeout=t)
 
@@ -363,57 +368,70 @@ def run_bench(
                 on_host = device in ("cpu", "/cpu:0", "host")
                 feeder = DeviceFeeder(stage, device=device, output="numpy" if on_host else "torch",
                                       name="bench-feeder")
+
                 def take(t: float | None) -> Any:  # noqa: F811 - through the feeder
                     return feeder.get(timeout=t)
 
                 result.extra["device"] = device
-            while True:
-                w0 = time.perf_counter()
-                try:
-                    batch = take(None if deadline is None else max(0.0, deadline - w0))
-                except OutOfRangeError:
-                    break
-                except FeedqError as exc:
-                    if type(exc).__name__ == "DeadlineExceededError":
+            try:
+                while True:
+                    w0 = time.perf_counter()
+                    try:
+                        batch = take(None if deadline is None else max(0.0, deadline - w0))
+                    except OutOfRangeError:
+                        break
+                    except FeedqError as exc:
+                        if type(exc).__name__ == "DeadlineExceededError":
+                            result.stopped_by = "duration"
+                            break
+                        raise
+                    now = time.perf_counter()
+                    waited += now - w0
+                    first = batch[0] if isinstance(batch, list) else batch
+                    result.records += int(first.shape[0])
+                    result.batches += 1
+                    qs = stage.queue.statistics()
+                    fill = qs.size / qs.capacity if qs.capacity > 0 else 0.0
+                    fill_sum += fill
+                    fill_max = max(fill_max, fill)
+                    fs = files.queue.statistics()
+                    fname_sum += fs.size / fs.capacity if fs.capacity > 0 else 0.0
+                    samples += 1
+                    if consume is not None:
+                        consume(batch)
+                    if max_records is not None and result.records >= max_records:
+                        result.stopped_by = "records"
+                        break
+                    if deadline is not None and now >= deadline:
                         result.stopped_by = "duration"
                         break
-                    raise
-                now = time.perf_counter()
-                waited += now - w0
-                first = batch[0] if isinstance(batch, list) else batch
-                result.records += int(first.shape[0])
-                result.batches += 1
-                qs = stage.queue.statistics()
-                fill = qs.size / qs.capacity if qs.capacity > 0 else 0.0
-                fill_sum += fill
-                fill_max = max(fill_max, fill)
-                fs = files.queue.statistics()
-                fname_sum += fs.size / fs.capacity if fs.capacity > 0 else 0.0
-                samples += 1
-                if consume is not None:
-                    consume(batch)
-                if max_records is not None and result.records >= max_records:
-                    result.stopped_by = "records"
-                    break
-                if deadline is not None and now >= deadline:
-                    result.stopped_by = "duration"
-                    break
-                if progress is not None and now - last_progress >= progress_every:
-                    last_progress = now
-                    _finish(result, t0, payload[0], waited, fill_sum, fill_max, fname_sum, samples, reader_objs)
-                    progress(result)
-            if feeder is not None:
-                feeder.close()
-            pipe.stop()
+                    if progress is not None and now - last_progress >= progress_every:
+                        last_progress = now
+                        _finish(result, t0, now, payload[0], waited, fill_sum, fill_max, fname_sum, samples,
+                                reader_objs)
+                        progress(result)
+            finally:
+                # Stop the clock before teardown; stop the pipeline first so a
+                # feeder blocked on the stage wakes, then close the feeder.
+                stopped_at[0] = time.perf_counter()
+                pipe.stop()
+                if feeder is not None:
+                    feeder.close()
     except KeyboardInterrupt:
         result.stopped_by = "interrupted"
-    _finish(result, t0, payload[0], waited, fill_sum, fill_max, fname_sum, samples, reader_objs)
+    finally:
+        for r in reader_objs:
+            close = getattr(r, "close", None)
+            if close is not None:
+                close()
+    _finish(result, t0, stopped_at[0] or time.perf_counter(), payload[0], waited, fill_sum, fill_max, fname_sum,
+            samples, reader_objs)
     return result
 
 
-def _finish(result: BenchResult, t0: float, payload: int, waited: float, fill_sum: float, fill_max: float,
-            fname_sum: float, samples: int, readers: list[Any]) -> None:
-    result.seconds = max(1e-9, time.perf_counter() - t0)
+def _finish(result: BenchResult, t0: float, t1: float, payload: int, waited: float, fill_sum: float,
+            fill_max: float, fname_sum: float, samples: int, readers: list[Any]) -> None:
+    result.seconds = max(1e-9, t1 - t0)
     result.payload_bytes = payload
     result.records_per_s = result.records / result.seconds
     result.mb_per_s = payload / 1e6 / result.seconds

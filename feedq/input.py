@@ -733,9 +733,27 @@ def _check_spec(sources: list[_Source]) -> None:
             raise ValueError(f"batch_join: shapes differ between inputs: {first.shapes} vs {s.shapes}")
 
 
-def _apply_keep(keep_input: Any, values: list[Any], many: bool) -> tuple[list[Any], bool] | None:
+def _apply_keep(
+    keep_input: Any, values: list[Any], many: bool, per_element: bool
+) -> tuple[list[Any], bool] | None:
     """B12: keep_input is a bool, or a callable of the evaluated components
-    returning a bool (one element) or a bool vector (a batch)."""
+    returning a bool (one element) or a bool vector (a batch, with
+    ``enqueue_many=True``).
+
+    ``per_element``: the user asked for ``enqueue_many=False`` but the rows
+    arrive in a block (a stage read batch-first): a callable is still asked
+    about one element at a time, as B12 promises.
+    """
+    if per_element and many and callable(keep_input):
+        rows = len(values[0])
+        decisions = []
+        for i in range(rows):
+            keep_one = keep_input([v[i] for v in values])
+            if not isinstance(keep_one, (bool, np.bool_)) and np.ndim(keep_one) != 0:
+                raise ValueError("maybe_batch: keep_input must be a scalar bool when enqueue_many=False")
+            decisions.append(bool(keep_one))
+        mask = np.array(decisions, dtype=bool)
+        return [np.asarray(v)[mask] for v in values], many
     keep = keep_input(values) if callable(keep_input) else keep_input
     if not many:
         if not isinstance(keep, (bool, np.bool_)) and np.ndim(keep) != 0:
@@ -853,7 +871,7 @@ def _batcher(
                 finish()
                 raise
             if keep_input is not None:
-                kept = _apply_keep(keep_input, values, many)
+                kept = _apply_keep(keep_input, values, many, per_element=not src.enqueue_many)
                 if kept is None:
                     return
                 values, many = kept

@@ -53,7 +53,7 @@ def test_bench_epochs_shuffle_and_limits(data: Path) -> None:
     r = json.loads(feedq("bench", str(data / "csv"), "--json", "--records", "1000", "--batch-size", "100",
                          check=True).stdout)
     assert r["stopped_by"] == "records" and 1000 <= r["records"] < 1100
-    r = json.loads(feedq("bench", str(data / "fixed"), "--json", "--epochs", "1000", "--duration", "0.5",
+    r = json.loads(feedq("bench", str(data / "fixed"), "--json", "--epochs", "1000000", "--duration", "0.5",
                          check=True).stdout)
     assert r["stopped_by"] == "duration"
 

@@ -279,11 +279,17 @@ def test_b11_shuffle_batch_join() -> None:
 def test_b12_maybe_batch_keep_input() -> None:
     with feedq.Pipeline():
         s = feedq.range_input_producer(10, num_epochs=1, shuffle=False)
-        b = feedq.maybe_batch(s, lambda vals: vals[0] % 2 == 0, 5, allow_smaller_final_batch=True,
-                              enqueue_many=False)
+        seen_shapes = set()
+
+        def even(vals: list) -> bool:
+            seen_shapes.add(np.shape(vals[0]))
+            return bool(vals[0] % 2 == 0)  # a per-element predicate (B12)
+
+        b = feedq.maybe_batch(s, even, 5, allow_smaller_final_batch=True, enqueue_many=False)
         out = [v for x in b for v in x.tolist()]
-    # The stage is read in blocks (enqueue_many semantics): keep_input gets a vector.
+    # The stage is read batch-first, yet keep_input sees one element at a time.
     assert out == [0, 2, 4, 6, 8]
+    assert seen_shapes == {()}
     with feedq.Pipeline():
         b = feedq.maybe_shuffle_batch([np.arange(6)], 2, 5, 1, keep_input=np.array([1, 0, 1, 0, 1, 0], bool),
                                       enqueue_many=True, seed=0)
