@@ -33,6 +33,9 @@ missing file, ``DataLossError`` naming file and byte offset for a corrupt or
 truncated record, after the good records before it (R8, R9, R12, X6);
 ``on_error="skip"`` logs and counts instead. ``state_dict()`` /
 ``load_state_dict()`` save and restore a reader's file, offset and counters.
+``reader.close()`` (or ``with reader:``) closes the current file and ends its
+read-ahead thread at once; the reader keeps its place, and its next read
+reopens the file at the next record.
 """
 
 from __future__ import annotations

@@ -185,6 +185,15 @@ class ReaderBase:
     current file, the offset of the next record in it and the counters, so a
     pipeline can resume exactly (TF1 left this unimplemented, R7).
 
+    Closing: :meth:`close` (or leaving a ``with`` block) closes the current
+    file and ends its read-ahead thread now, instead of when the reader is
+    collected. The reader keeps its place: a read after ``close()`` reopens
+    the file and goes on with the next record, exactly as
+    ``load_state_dict(state_dict())`` would (a file gone since raises
+    ``NotFoundError`` once, R8). Close the filename queue before closing a
+    reader that another thread may be reading with: ``close()`` waits for a
+    read in progress, which may be waiting for a filename.
+
     Args:
         on_error: ``"raise"`` (default) or ``"skip"``.
         block_bytes: bytes buffered per block (at most 16 MiB).
@@ -219,6 +228,9 @@ class ReaderBase:
         self._work_unit: bytes | None = None  # guarded by self._lock
         self._stream: ByteStream | None = None  # guarded by self._lock
         self._pending: _SkipFile | None = None  # error found after good records
+        # (offset, key id) of the next record of a work unit whose file
+        # close() closed; the next read reopens it there.
+        self._reopen: tuple[int, int] | None = None  # guarded by self._lock
         self._records = 0
         self._units = 0
         self._skipped = 0
@@ -299,6 +311,9 @@ class ReaderBase:
                 if self._work_unit is None:
                     self._start_next(queue, timeout)
                     continue
+                if self._reopen is not None:
+                    self._reopen_unit()
+                    continue
                 if self._pending is not None:
                     pending, self._pending = self._pending, None
                     self._handle(pending)
@@ -354,14 +369,23 @@ class ReaderBase:
             self._close_stream()
             self._work_unit = None
             self._pending = None
+            self._reopen = None
             self._records = self._units = self._skipped = 0
 
     def close(self) -> None:
-        """Close the current file (the reader stays usable; the work unit is dropped)."""
+        """Close the current file and end its read-ahead thread (idempotent).
+
+        The reader stays usable and keeps its place: the next read reopens
+        the file at the next record (see the class docstring). Waits for a
+        read in progress on another thread.
+        """
         with self._lock:
+            if self._work_unit is not None and self._reopen is None:
+                # An error still to report is found again on reopening: the
+                # position is the bad record's (as in state_dict).
+                self._reopen = self._position()
+                self._pending = None
             self._close_stream()
-            self._work_unit = None
-            self._pending = None
 
     def __enter__(self) -> Self:
         return self
@@ -397,7 +421,8 @@ class ReaderBase:
             if wu is not None:
                 # With an error still to report, the position is the bad
                 # record's, so a restored reader reports it too.
-                state[self.KEY_OFFSET], state[self.KEY_INDEX] = self._position()
+                position = self._reopen if self._reopen is not None else self._position()
+                state[self.KEY_OFFSET], state[self.KEY_INDEX] = position
             return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -414,6 +439,7 @@ class ReaderBase:
         with self._lock:
             self._close_stream()
             self._pending = None
+            self._reopen = None
             self._work_unit = None
             self._records = int(state[self.KEY_RECORDS])
             self._units = int(state[self.KEY_UNITS])
@@ -466,6 +492,16 @@ class ReaderBase:
         except _SkipFile as err:
             self._handle(err)
 
+    def _reopen_unit(self) -> None:
+        # After close(): the same file, at the next record.
+        assert self._reopen is not None and self._work_unit is not None
+        (offset, index), self._reopen = self._reopen, None
+        try:
+            self._open(self._work_unit)
+            self._seek(offset, index)
+        except _SkipFile as err:
+            self._handle(err)
+
     def _handle(self, err: _SkipFile) -> None:
         # The one place a per-file error is raised or skipped (R8, R9, X6).
         wu = self._work_unit
@@ -488,6 +524,7 @@ class ReaderBase:
         self._close_stream()
         self._work_unit = None
         self._pending = None
+        self._reopen = None
         if completed:
             self._units += 1
 
@@ -533,6 +570,12 @@ class _Buffer:
 
     ``base`` is the stream offset of ``data[0]``. Refills compact the window,
     so its size stays near ``block_bytes`` unless one record is larger.
+
+    A stream error never discards bytes already read: :meth:`fill` keeps
+    them and stores the error in ``error``, and the buffer then behaves as
+    if the stream ended there (``ended``). A reader returns the complete
+    records still buffered, then raises ``error`` where the next record
+    cannot be completed -- once, after every good record before it (R14).
     """
 
     def __init__(self, stream: ByteStream, block_bytes: int) -> None:
@@ -541,6 +584,7 @@ class _Buffer:
         self.data = b""
         self.base = stream.offset
         self.pos = 0
+        self.error: DataLossError | None = None  # the stream failed after data[-1]
 
     @property
     def avail(self) -> int:
@@ -551,18 +595,31 @@ class _Buffer:
         """Stream offset of the next unread byte."""
         return self.base + self.pos
 
+    @property
+    def ended(self) -> bool:
+        """True when no byte will follow ``data``: end of the stream or an error."""
+        s = self.stream
+        return self.error is not None or s.at_eof or (s.size is not None and s.offset >= s.size)
+
+    @property
+    def at_eof(self) -> bool:
+        """True at a clean end of the stream (never with an error pending)."""
+        s = self.stream
+        return self.error is None and (s.at_eof or (s.size is not None and s.offset >= s.size))
+
     def fill(self, need: int, *, exact: bool = False) -> bool:
         """Make at least ``need`` unread bytes available, if the stream has them.
 
         Reads at least up to ``block_bytes`` when it reads at all, or exactly
         up to ``need`` with ``exact`` (so fixed-size records end the buffer
         with nothing left over to copy on the next refill). Returns False
-        when the stream ended first. Raises ``DataLossError`` from the
-        stream (corrupt compressed data).
+        when the stream ended -- or failed -- first; never raises: a stream
+        error (corrupt compressed data, an OS read error) is kept in
+        ``error`` with every byte read before it.
         """
         if self.avail >= need:
             return True
-        if self.stream.at_eof:
+        if self.error is not None or self.stream.at_eof:
             return False
         want = (need if exact else max(need, self.block_bytes)) - self.avail
         if self.stream.size is not None:
@@ -573,13 +630,16 @@ class _Buffer:
         self.base += self.pos
         self.pos = 0
         got = 0
-        while got < want:
-            # Grow in block-sized steps, so a length prefix larger than the
-            # remaining (compressed) data never allocates more than exists.
-            c = self.stream.read(min(want - got, max(self.block_bytes, 1 << 16)))
-            if not c:
-                break
-            chunks.append(c)
-            got += len(c)
+        try:
+            while got < want:
+                # Grow in block-sized steps, so a length prefix larger than the
+                # remaining (compressed) data never allocates more than exists.
+                c = self.stream.read(min(want - got, max(self.block_bytes, 1 << 16)))
+                if not c:
+                    break
+                chunks.append(c)
+                got += len(c)
+        except DataLossError as exc:
+            self.error = exc  # reported after the records read so far
         self.data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         return self.avail >= need

@@ -101,6 +101,8 @@ class FixedLengthRecordReader(ReaderBase):
             raise _not_found(exc) from None
         except DataLossError as exc:
             raise _data_loss(exc, None) from None
+        if short and buf.error is not None:
+            raise _data_loss(buf.error, stream.offset)
         if short and index == 0:
             size = stream.offset
             raise _data_loss(
@@ -124,14 +126,14 @@ class FixedLengthRecordReader(ReaderBase):
         assert buf is not None and wu is not None
         L, S = self.record_bytes, self._stride
         k = min(n, max(1, self.block_bytes // S))
-        try:
-            # Read whole strides only: the next block starts a fresh buffer
-            # instead of copying a partial record over.
-            buf.fill(max(k * S, (k - 1) * S + L) + self.footer_bytes, exact=True)
-        except DataLossError as exc:
-            raise _data_loss(exc, buf.offset) from None
+        # Read whole strides only: the next block starts a fresh buffer
+        # instead of copying a partial record over. A stream error stays in
+        # buf.error until the whole records read before it are out (R14).
+        buf.fill(max(k * S, (k - 1) * S + L) + self.footer_bytes, exact=True)
         k = min(k, self._fit(buf.avail))
         if k == 0:
+            if buf.error is not None:
+                raise _data_loss(buf.error, buf.offset)
             return _empty_block(wu)
         u8 = np.frombuffer(buf.data, dtype=np.uint8)
         pos = buf.pos
@@ -158,7 +160,8 @@ class FixedLengthRecordReader(ReaderBase):
             try:
                 buf.stream.skip(gap)
             except DataLossError as exc:
-                raise _data_loss(exc, buf.offset) from None
+                # The block being returned is good: report this on the next call.
+                buf.error = exc
             buf.data, buf.pos, buf.base = b"", 0, buf.stream.offset
 
     def _exhausted(self) -> bool:
@@ -166,6 +169,8 @@ class FixedLengthRecordReader(ReaderBase):
         if buf is None:
             return True
         s = buf.stream
+        if buf.error is not None:
+            return False  # the error is still to be reported
         if s.size is not None:
             return self._record_offset(self._next) + self.record_bytes + self.footer_bytes > s.size
         return s.at_eof and self._fit(buf.avail) == 0

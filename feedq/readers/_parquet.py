@@ -195,7 +195,17 @@ class ParquetReader(ReaderBase):
 
     def _seek(self, offset: int, index: int) -> None:
         assert self._work_unit is not None
+        self._close_stream()
         self._open_at(self._work_unit, index)
+
+    def _close_stream(self) -> None:
+        # The ParquetFile holds the open file, not self._stream.
+        super()._close_stream()
+        pf, self._pf = self._pf, None
+        self._iter = None
+        self._pending_batch = None
+        if pf is not None:
+            pf.close()
 
     def _resync(self, offset: int) -> None:  # pragma: no cover - never resyncs
         raise NotImplementedError

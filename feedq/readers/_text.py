@@ -92,10 +92,7 @@ class TextLineReader(ReaderBase):
     def _refill(self, need: int) -> None:
         buf = self._buf
         assert buf is not None
-        try:
-            buf.fill(need)
-        except DataLossError as exc:
-            raise _data_loss(exc, buf.offset) from None
+        buf.fill(need)  # a stream error stays in buf.error, after the bytes read
         u8 = np.frombuffer(buf.data, dtype=np.uint8)
         self._nl = np.flatnonzero(u8[buf.pos :] == 10).astype(np.int64) + buf.pos
         self._nl_i = 0
@@ -106,10 +103,8 @@ class TextLineReader(ReaderBase):
         assert buf is not None and wu is not None
         while True:
             complete = len(self._nl) - self._nl_i
-            at_eof = buf.stream.at_eof or (
-                buf.stream.size is not None and buf.stream.offset >= buf.stream.size
-            )
-            if complete >= n or at_eof or (complete >= 1 and buf.avail >= self.block_bytes):
+            ended = buf.ended
+            if complete >= n or ended or (complete >= 1 and buf.avail >= self.block_bytes):
                 break
             # Not enough whole lines buffered: read on (a line longer than the
             # block grows the buffer to hold it; text has no length limit).
@@ -117,10 +112,13 @@ class TextLineReader(ReaderBase):
         k = min(n, complete)
         nl = self._nl[self._nl_i : self._nl_i + k]
         # k < n means every whole line was taken; at EOF a last line without
-        # a newline may follow.
+        # a newline may follow. Before a stream error it may not be whole:
+        # the error is reported instead, after the whole lines (R14).
         after = int(nl[-1]) + 1 if k else buf.pos
-        tail = k < n and at_eof and after < len(buf.data)
+        tail = k < n and ended and buf.error is None and after < len(buf.data)
         if k == 0 and not tail:
+            if buf.error is not None:
+                raise _data_loss(buf.error, buf.offset)
             return _empty_block(wu)
         starts = np.empty(k + (1 if tail else 0), dtype=np.int64)
         ends = np.empty_like(starts)
@@ -150,8 +148,7 @@ class TextLineReader(ReaderBase):
         buf = self._buf
         if buf is None:
             return True
-        s = buf.stream
-        return buf.avail == 0 and (s.at_eof or (s.size is not None and s.offset >= s.size))
+        return buf.avail == 0 and buf.at_eof
 
     def _position(self) -> tuple[int, int]:
         assert self._buf is not None

@@ -146,13 +146,16 @@ class TFRecordReader(ReaderBase):
         wu = self._work_unit or b""
         return wu.decode("utf-8", "backslashreplace")
 
-    def _fill(self, need: int) -> bool:
+    def _fill(self, need: int, start: int) -> bool:
+        """``buf.fill(need)``; a stream error that leaves the record at
+        ``start`` incomplete is raised now (the records before it are out)."""
         buf = self._buf
         assert buf is not None
-        try:
-            return buf.fill(need)
-        except DataLossError as exc:
-            raise _data_loss(exc, buf.offset) from None
+        if buf.fill(need):
+            return True
+        if buf.error is not None:
+            raise _data_loss(buf.error, start)
+        return False
 
     def _truncated(self, start: int) -> DataLossError:
         return DataLossError(f"{self._fname()}: truncated record at {start}")
@@ -182,7 +185,7 @@ class TFRecordReader(ReaderBase):
         buf, wu = self._buf, self._work_unit
         assert buf is not None and wu is not None
         start = buf.offset
-        if not self._fill(_HEADER):
+        if not self._fill(_HEADER, start):
             if buf.avail == 0:
                 return _empty_block(wu)
             raise _data_loss(self._truncated(start), start)
@@ -191,7 +194,7 @@ class TFRecordReader(ReaderBase):
         if size is not None and start + _HEADER + length + _FOOTER > size:
             # Plain file: the record cannot fit; say so without reading it.
             raise _data_loss(self._truncated(start), start)
-        if not self._fill(_HEADER + length + _FOOTER):
+        if not self._fill(_HEADER + length + _FOOTER, start):
             raise _data_loss(self._truncated(start), start)
         data = buf.data
         u8 = np.frombuffer(data, dtype=np.uint8)
@@ -275,8 +278,7 @@ class TFRecordReader(ReaderBase):
         buf = self._buf
         if buf is None:
             return True
-        s = buf.stream
-        return buf.avail == 0 and (s.at_eof or (s.size is not None and s.offset >= s.size))
+        return buf.avail == 0 and buf.at_eof
 
     def _position(self) -> tuple[int, int]:
         assert self._buf is not None
@@ -512,11 +514,12 @@ def tf_record_iterator(
     q = _One()
     from feedq.errors import OutOfRangeError
 
-    while True:
-        try:
-            block = reader.read_block(q, 4096)
-        except OutOfRangeError:
-            return
-        except _SkipFile as err:  # pragma: no cover - read_block converts these
-            raise err.error from None
-        yield from block.values().tolist()
+    with reader:  # an abandoned iterator closes its file when it is closed or collected
+        while True:
+            try:
+                block = reader.read_block(q, 4096)
+            except OutOfRangeError:
+                return
+            except _SkipFile as err:  # pragma: no cover - read_block converts these
+                raise err.error from None
+            yield from block.values().tolist()

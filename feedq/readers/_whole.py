@@ -53,7 +53,10 @@ class WholeFileReader(ReaderBase):
         if self._done:
             return _empty_block(wu)
         size = self._stream.size or 0
-        data = self._stream.read(size) if size else b""
+        try:
+            data = self._stream.read(size) if size else b""
+        except DataLossError as exc:  # an OS read error (EIO), naming file and offset
+            raise _data_loss(exc, self._stream.offset) from None
         self._done = True
         z = np.zeros(1, dtype=np.int64)
         return RecordBlock(wu, data, z, np.array([len(data)], dtype=np.int64), z, bare_keys=True)
