@@ -303,6 +303,7 @@ def run_bench(
     seed: int = 0,
     device: str | None = None,
     block_records: int | None = None,
+    direct: bool = False,
 ) -> BenchResult:
     """Run the pipeline until the data, ``duration`` or ``max_records`` ends.
 
@@ -318,6 +319,10 @@ def run_bench(
     Raises:
         FeedqError: a read or decode error (with ``on_error="raise"``).
     """
+    if direct:
+        return _run_direct(paths, schema, batch_size=batch_size, epochs=epochs, shuffle=shuffle, seed=seed,
+                           duration=duration, max_records=max_records, on_error=on_error, consume=consume,
+                           block_records=block_records or (1 << 20))
     result = BenchResult(format=schema.fmt, files=len(paths))
     block = block_records or max(batch_size, 4096)
     payload = [0]
@@ -426,6 +431,66 @@ def run_bench(
                 close()
     _finish(result, t0, stopped_at[0] or time.perf_counter(), payload[0], waited, fill_sum, fill_max, fname_sum,
             samples, reader_objs)
+    return result
+
+
+def _run_direct(
+    paths: list[str],
+    schema: Schema,
+    *,
+    batch_size: int,
+    epochs: int | None,
+    shuffle: bool,
+    seed: int,
+    duration: float | None,
+    max_records: int | None,
+    on_error: str,
+    consume: Callable[[Any], None] | None,
+    block_records: int,
+) -> BenchResult:
+    """One reader in the calling thread: read a block, decode it in one call,
+    cut it into batches (views). No queues, no threads: the same loop as
+    ``benchmarks/readers.py`` measures, so the two print the same figures."""
+    from .queues import FIFOQueue
+
+    result = BenchResult(format=schema.fmt, files=len(paths))
+    result.extra["mode"] = "direct (one reader, no pipeline)"
+    q = FIFOQueue(-1, str, shapes=[[]])
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs if epochs is not None else 1):
+        order = rng.permutation(len(paths)) if shuffle else range(len(paths))
+        q.enqueue_many([[paths[i] for i in order]])
+    q.close()
+    reader = make_reader(schema, on_error)
+    decode = make_decoder(schema)
+    payload = 0
+    t0 = time.perf_counter()
+    deadline = None if duration is None else t0 + duration
+    try:
+        with reader:
+            while True:
+                try:
+                    blk = reader.read_block(q, block_records)
+                except OutOfRangeError:
+                    break
+                cols, nbytes = decode(blk)
+                payload += nbytes
+                k = len(blk)
+                for s in range(0, k, batch_size):
+                    batch = [c[s : s + batch_size] for c in cols]
+                    result.records += int(batch[0].shape[0])
+                    result.batches += 1
+                    if consume is not None:
+                        consume(batch if len(batch) > 1 else batch[0])
+                if max_records is not None and result.records >= max_records:
+                    result.stopped_by = "records"
+                    break
+                if deadline is not None and time.perf_counter() >= deadline:
+                    result.stopped_by = "duration"
+                    break
+    except KeyboardInterrupt:
+        result.stopped_by = "interrupted"
+    _finish(result, t0, time.perf_counter(), payload, 0.0, 0.0, 0.0, 0.0, 0, [reader])
     return result
 
 

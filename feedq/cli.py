@@ -256,12 +256,15 @@ def _progress_printer(enabled: bool) -> Callable[[Any], None] | None:
               help="skip: count and log bad records/files and go on.")
 @click.option("--block-records", type=click.IntRange(min=1), default=None,
               help="Records per reader block (default: max(batch size, 4096)); blocks are re-sliced into batches.")
+@click.option("--direct", is_flag=True,
+              help="One reader in the main thread, no queues or threads: the reader+decoder limit, "
+                   "as benchmarks/readers.py measures it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
 def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
           threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
           duration: float | None, max_records: int | None, record_bytes: int, on_error: str,
-          block_records: int | None, as_json: bool, progress: bool | None) -> None:
+          block_records: int | None, direct: bool, as_json: bool, progress: bool | None) -> None:
     """Measure reading PATHS (files or folders) into decoded batches."""
     def body() -> int:
         from ._bench import infer_schema, run_bench
@@ -274,7 +277,7 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
         result = run_bench(files, schema, batch_size=batch_size, readers=readers, threads=threads,
                            shuffle=shuffle, min_after_dequeue=min_after_dequeue, epochs=epochs,
                            duration=duration, max_records=max_records, on_error=on_error,
-                           progress=show, device=device, block_records=block_records)
+                           progress=show, device=device, block_records=block_records, direct=direct)
         if show is not None:
             click.echo("", err=True)
         if as_json:

@@ -123,3 +123,12 @@ def test_demo_short(tmp_path: Path) -> None:
         assert f"{fmt}: string_input_producer" in out
     assert "training steps" in out and "records/s" in out
     assert (tmp_path / "tfrecord").is_dir()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tfrecord", "fixed"])
+def test_bench_direct_mode_counts_the_same(data: Path, fmt: str) -> None:
+    piped = json.loads(feedq("bench", str(data / fmt), "--json", check=True).stdout)
+    direct = json.loads(feedq("bench", str(data / fmt), "--json", "--direct", check=True).stdout)
+    assert direct["records"] == piped["records"] == 3000
+    assert direct["payload_bytes"] == piped["payload_bytes"]
+    assert direct["extra"]["mode"].startswith("direct")
