@@ -46,6 +46,7 @@ from .input import (
 from .pipeline import Pipeline, control_dependencies, current_pipeline
 from .queues import (
     STRING,
+    ConditionalAccumulator,
     FIFOQueue,
     PaddingFIFOQueue,
     PriorityQueue,
@@ -66,6 +67,7 @@ from .runners import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConditionalAccumulator",
     "Coordinator",
     "DeviceConfig",
     "DeviceFeeder",
@@ -95,6 +97,7 @@ __all__ = [
     "current_pipeline",
     "device",
     "devices",
+    "distributed",
     "errors",
     "get_default_timeout",
     "get_device_config",
@@ -119,3 +122,13 @@ __all__ = [
     "to_cupy",
     "to_torch",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # feedq.distributed imports Ray on first use; load the package itself
+    # lazily too, so `import feedq` stays light.
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError(f"module 'feedq' has no attribute {name!r}")

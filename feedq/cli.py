@@ -319,6 +319,27 @@ def _check_device(device: str | None) -> None:
             raise click.UsageError(f"--device {device}: CUDA is not available on this machine")
 
 
+# -- cluster -------------------------------------------------------------------------------
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.pass_context
+def cluster(ctx: click.Context) -> None:
+    """Run, stop or describe a cluster task's server (on Ray).
+
+    `feedq cluster serve --job ps --task 0 --address HOST:6379 --cluster JSON`,
+    `feedq cluster stop ...`, `feedq cluster resources --job ps --task 0`;
+    `feedq cluster --help` for the details.
+    """
+    def body() -> int:
+        from .distributed.__main__ import main as cluster_main
+
+        return cluster_main(list(ctx.args))
+
+    _guard(body)
+
+
 # -- demo ------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import pytest
 import feedq
 
 MODULES = ["feedq", "feedq.errors", "feedq.queues", "feedq.coordinator", "feedq.runners", "feedq.pipeline",
-           "feedq.input", "feedq.readers", "feedq.devices"]
+           "feedq.input", "feedq.readers", "feedq.devices", "feedq.distributed"]
 
 
 @pytest.mark.parametrize("name", MODULES)

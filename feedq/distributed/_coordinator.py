@@ -1,0 +1,172 @@
+"""ClusterCoordinator: one stop signal and one first error for every process.
+
+A :class:`feedq.Coordinator` whose stop is shared through a record held by
+one task: ``request_stop(ex)`` in any process is written there, and a watcher
+thread in every other process, long-polling the record, requests the same
+stop locally within a fraction of a second. Local stop callbacks then run as
+usual, so queue runners in every process cancel their queues (QR7), and
+``join`` re-raises the first error anywhere, with ``.task`` naming the
+process it came from (C3, C6).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ..coordinator import Coordinator
+from ..errors import FeedqError, UnavailableError
+from ._cluster import TaskName
+from ._resources import resolve_task
+from ._session import Session, default_session
+
+__all__ = ["ClusterCoordinator"]
+
+_LOG = logging.getLogger(__name__)
+
+#: How long one watcher poll waits on the host before asking again.
+_POLL = 1.0
+
+
+def _default_origin() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+class ClusterCoordinator(Coordinator):
+    """A Coordinator shared by every process of a cluster (C1–C11 across processes).
+
+    Usage, in every process::
+
+        coord = ClusterCoordinator("training", task="/job:ps/task:0",
+                                   origin="/job:worker/task:1")
+        threads = feedq.start_queue_runners(coord=coord)
+        ...
+        coord.request_stop(err)   # any process: all processes stop within ~1 s
+        coord.join(threads)       # re-raises the first error; err.task names its origin
+
+    Args:
+        name: the record's shared name (processes with the same name share it).
+        task: the task holding the record (``None``: the device contexts).
+        origin: how this process is named in errors it reports (its task,
+            e.g. ``"/job:worker/task:1"``; default: pid and host).
+        clean_stop_exception_types: as :class:`feedq.Coordinator` (C1).
+        session: the session (``None``: the process default).
+    """
+
+    def __init__(self, name: str = "coordinator", *, task: Any = None, origin: Any = None,
+                 clean_stop_exception_types: Sequence[type[BaseException]] | None = None,
+                 session: Session | None = None) -> None:
+        super().__init__(clean_stop_exception_types)
+        self._session_arg = session
+        s = session or default_session()
+        self._task: TaskName = resolve_task(task, "Coordinator", name, s)
+        self._key = ("", name)
+        self.origin = str(origin) if origin is not None else _default_origin()
+        s.open(self._task, "coordinator", self._key, {})
+        self._closed = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_remote, daemon=True,
+                                         name=f"ClusterCoordinator-{name}-watcher")
+        self._watcher.start()
+
+    @property
+    def session(self) -> Session:
+        return self._session_arg or default_session()
+
+    def request_stop(self, ex: Any = None) -> None:
+        """Request a stop in every process of the cluster (C3, C4).
+
+        The first stop anywhere wins; its exception (unless clean) is what
+        ``join`` raises in every process, with ``.task`` set to its origin.
+        """
+        from ..coordinator import _as_exc_info
+
+        exc_info = _as_exc_info(ex)
+        exc = exc_info[1] if exc_info is not None else None
+        if exc is not None and isinstance(exc, self.clean_stop_exception_types):
+            exc = None
+        if exc is not None and getattr(exc, "task", None) is None:
+            _tag(exc, self.origin)
+        if not self.should_stop():
+            try:
+                self.session.call(self._task, "coordinator", self._key, "request_stop",
+                                  _portable(exc), self.origin)
+            except FeedqError:
+                # The record's host is gone: the local stop still happens.
+                _LOG.warning("could not share the stop of %s", self._key[1], exc_info=True)
+        super().request_stop(ex)
+
+    def clear_stop(self) -> None:
+        """Clear the stop here and in the shared record (C2)."""
+        try:
+            self.session.call(self._task, "coordinator", self._key, "clear")
+        except FeedqError:
+            _LOG.warning("could not clear the shared stop of %s", self._key[1], exc_info=True)
+        super().clear_stop()
+
+    def _watch_remote(self) -> None:
+        while not self._closed.is_set() and not self.should_stop():
+            try:
+                stopped, err, origin, _ = self.session.call(
+                    self._task, "coordinator", self._key, "wait_stop", timeout=_POLL)
+            except UnavailableError as exc:
+                # Without the record the cluster cannot coordinate: stop here.
+                try:
+                    super().request_stop(exc)
+                except BaseException:  # noqa: BLE001 - joined already (C8)
+                    _LOG.debug("stop after join ignored", exc_info=True)
+                return
+            except Exception:  # noqa: BLE001 - session closed at shutdown
+                if self._closed.wait(_POLL):
+                    return
+                continue
+            if stopped:
+                if err is not None:
+                    _tag(err, origin or "another process")
+                if not self.should_stop():
+                    try:
+                        super().request_stop(err)
+                    except BaseException:  # noqa: BLE001 - joined already (C8): nobody to tell
+                        _LOG.debug("stop after join ignored", exc_info=True)
+                return
+
+    def close(self) -> None:
+        """Stop watching the shared record (the watcher is a daemon thread)."""
+        self._closed.set()
+        self._watcher.join(timeout=_POLL + 5.0)
+
+    def join(self, threads: Any = None, stop_grace_period_secs: float = 120,
+             ignore_live_threads: bool = False) -> None:
+        """As :meth:`feedq.Coordinator.join` (C6); also ends the watcher."""
+        try:
+            super().join(threads, stop_grace_period_secs, ignore_live_threads)
+        finally:
+            if self.should_stop():
+                self._closed.set()
+
+
+def _tag(exc: BaseException, origin: str) -> None:
+    """Name the process an error came from, on the exception and in its text."""
+    try:
+        exc.task = origin  # type: ignore[attr-defined]
+        if not any(origin in n for n in getattr(exc, "__notes__", [])):
+            exc.add_note(f"(reported to the cluster coordinator by {origin})")
+    except (AttributeError, TypeError):
+        pass
+
+
+def _portable(exc: BaseException | None) -> BaseException | None:
+    if exc is None:
+        return None
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001
+        err = FeedqError(f"{type(exc).__name__}: {exc}")
+        _tag(err, getattr(exc, "task", "another process"))
+        return err
