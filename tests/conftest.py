@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import feedq
+
+# CI must not depend on which random examples a run happens to draw: there
+# hypothesis is derandomized (the same examples every run); locally it
+# explores new ones each time.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 from feedq.queues import QueueBase, reset_shared_queues
 
 
