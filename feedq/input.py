@@ -931,10 +931,8 @@ def batch(
     Returns:
         A batch :class:`Stage`.
     """
-    src = _Source(tensors, enqueue_many, dtypes, shapes, block=_block_size(batch_size))
-    return _batcher([src], num_threads, batch_size=batch_size, capacity=capacity, dynamic_pad=dynamic_pad,
-                    allow_smaller_final_batch=allow_smaller_final_batch, shuffle=None, keep_input=None,
-                    shared_name=shared_name, name=name or "batch")
+    return maybe_batch(tensors, None, batch_size, num_threads, capacity, enqueue_many, shapes, dynamic_pad,
+                       allow_smaller_final_batch, shared_name, name, dtypes)
 
 
 def maybe_batch(tensors: Any, keep_input: Any, batch_size: int, num_threads: int = 1, capacity: int = 32,
@@ -957,12 +955,8 @@ def batch_join(tensors_list: Sequence[Any], batch_size: int, capacity: int = 32,
                shared_name: str | None = None, name: str | None = None, dtypes: Any = None) -> Stage:
     """One runner thread per input, all feeding one batch queue (B9): the
     "N readers in parallel" pattern. Inputs must agree in dtypes and shapes."""
-    if not tensors_list:
-        raise ValueError("batch_join: tensors_list must not be empty")
-    sources = [_Source(t, enqueue_many, dtypes, shapes, block=_block_size(batch_size)) for t in tensors_list]
-    return _batcher(sources, 1, batch_size=batch_size, capacity=capacity, dynamic_pad=dynamic_pad,
-                    allow_smaller_final_batch=allow_smaller_final_batch, shuffle=None, keep_input=None,
-                    shared_name=shared_name, name=name or "batch_join")
+    return maybe_batch_join(tensors_list, None, batch_size, capacity, enqueue_many, shapes, dynamic_pad,
+                            allow_smaller_final_batch, shared_name, name, dtypes)
 
 
 def maybe_batch_join(tensors_list: Sequence[Any], keep_input: Any, batch_size: int, capacity: int = 32,
@@ -997,11 +991,8 @@ def shuffle_batch(tensors: Any, batch_size: int, capacity: int, min_after_dequeu
     Raises:
         ValueError: ``capacity <= min_after_dequeue``.
     """
-    _shuffle_args(capacity, min_after_dequeue)
-    src = _Source(tensors, enqueue_many, dtypes, shapes, block=_block_size(batch_size))
-    return _batcher([src], num_threads, batch_size=batch_size, capacity=capacity, dynamic_pad=False,
-                    allow_smaller_final_batch=allow_smaller_final_batch, shuffle=(min_after_dequeue, seed),
-                    keep_input=None, shared_name=shared_name, name=name or "shuffle_batch")
+    return maybe_shuffle_batch(tensors, batch_size, capacity, min_after_dequeue, None, num_threads, seed,
+                               enqueue_many, shapes, allow_smaller_final_batch, shared_name, name, dtypes)
 
 
 def maybe_shuffle_batch(tensors: Any, batch_size: int, capacity: int, min_after_dequeue: int, keep_input: Any,
@@ -1021,13 +1012,8 @@ def shuffle_batch_join(tensors_list: Sequence[Any], batch_size: int, capacity: i
                        allow_smaller_final_batch: bool = False, shared_name: str | None = None,
                        name: str | None = None, dtypes: Any = None) -> Stage:
     """:func:`batch_join` through a shuffle buffer (B11)."""
-    _shuffle_args(capacity, min_after_dequeue)
-    if not tensors_list:
-        raise ValueError("shuffle_batch_join: tensors_list must not be empty")
-    sources = [_Source(t, enqueue_many, dtypes, shapes, block=_block_size(batch_size)) for t in tensors_list]
-    return _batcher(sources, 1, batch_size=batch_size, capacity=capacity, dynamic_pad=False,
-                    allow_smaller_final_batch=allow_smaller_final_batch, shuffle=(min_after_dequeue, seed),
-                    keep_input=None, shared_name=shared_name, name=name or "shuffle_batch_join")
+    return maybe_shuffle_batch_join(tensors_list, batch_size, capacity, min_after_dequeue, None, seed,
+                                    enqueue_many, shapes, allow_smaller_final_batch, shared_name, name, dtypes)
 
 
 def maybe_shuffle_batch_join(tensors_list: Sequence[Any], batch_size: int, capacity: int, min_after_dequeue: int,
