@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,9 @@ from _util import header, table
 ITEM_SHAPE = (256, 32)
 ITEM_BYTES = int(np.prod(ITEM_SHAPE)) * 4
 SPEC = {"ps": ["127.0.0.1:2221"], "worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+#: Seconds a client may take to start, and one queue call may take.
+START_TIMEOUT = 120.0
+CALL_TIMEOUT = 60.0
 
 
 class BareQueue:
@@ -57,14 +61,17 @@ def role(system: str, which: str, calls: int, per_call: int, name: str, codec: s
     if system == "feedq":
         q = fd.FIFOQueue(4 * per_call, np.float32, shapes=[list(ITEM_SHAPE)], shared_name=name,
                          task="/job:ps/task:0", compression=None if codec == "none" else codec)
-        op = (lambda: q.enqueue_many(batch)) if which == "producer" else \
-            (lambda: q.dequeue_many(per_call))
+        op = (lambda: q.enqueue_many(batch, timeout=CALL_TIMEOUT)) if which == "producer" else \
+            (lambda: q.dequeue_many(per_call, timeout=CALL_TIMEOUT))
     else:
         actor = ray.get_actor(name, namespace=os.environ["FEEDQ_NAMESPACE"])
-        op = (lambda: ray.get(actor.put.remote(batch))) if which == "producer" else \
-            (lambda: ray.get(actor.get.remote()))
+        op = (lambda: ray.get(actor.put.remote(batch), timeout=CALL_TIMEOUT)) \
+            if which == "producer" else \
+            (lambda: ray.get(actor.get.remote(), timeout=CALL_TIMEOUT))
     print("ready", flush=True)
-    sys.stdin.readline()  # the go signal: both sides start together
+    # The go signal: both sides start together (EOF: the parent is gone).
+    if not sys.stdin.readline():
+        sys.exit(1)
     lat = []
     t_first = t_last = time.perf_counter()
     for i in range(calls):
@@ -90,25 +97,36 @@ def run_once(system: str, calls: int, per_call: int, env: dict[str, str], ray: A
             resources={"feedq_task_ps_0": 0.001}).remote(4)
         ray.get(actor.put.remote(None))
         ray.get(actor.get.remote())
-    procs = {w: subprocess.Popen([sys.executable, __file__, "--role", system, w, str(calls),
-                                  str(per_call), name, codec], env=env, text=True,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-             for w in ("consumer", "producer")}
-    for p in procs.values():
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        if line.strip() != "ready":
-            raise SystemExit(f"a {system} client failed to start: {line!r}")
-    for p in procs.values():
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    results = {}
-    for w, p in procs.items():
-        out, _ = p.communicate(timeout=300)
-        results[w] = json.loads(out.strip().splitlines()[-1])
-    if actor is not None:
-        ray.kill(actor)
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for w in ("consumer", "producer"):
+            procs[w] = subprocess.Popen([sys.executable, __file__, "--role", system, w, str(calls),
+                                         str(per_call), name, codec], env=env, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for p in procs.values():
+            assert p.stdout is not None
+            ready, _, _ = select.select([p.stdout], [], [], START_TIMEOUT)
+            line = p.stdout.readline() if ready else ""
+            if line.strip() != "ready":
+                raise SystemExit(f"a {system} client failed to start within "
+                                 f"{START_TIMEOUT:g} s: {line!r}")
+        for p in procs.values():
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = {}
+        for w, p in procs.items():
+            out, _ = p.communicate(timeout=300)
+            if p.returncode != 0:
+                raise SystemExit(f"the {system} {w} failed (exit status {p.returncode})")
+            results[w] = json.loads(out.strip().splitlines()[-1])
+    finally:
+        for p in procs.values():  # only the children started here
+            if p.poll() is None:
+                p.kill()
+                p.communicate(timeout=10)
+        if actor is not None:
+            ray.kill(actor)
     cons = results["consumer"]
     # The first call includes the wait for the first batch: rate over the rest.
     span = cons["t_last"] - cons["t_first"]

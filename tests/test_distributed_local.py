@@ -639,4 +639,137 @@ def test_host_abort_before_the_call_starts_is_remembered() -> None:
     assert host.call("queue", ("", "q"), "size", (), {}) == 5  # nothing taken
 
 
+def test_host_confirms_an_ack_only_while_it_holds_the_delivery() -> None:
+    """A deliverer hands elements out only on a confirmed ack: one that comes
+    after the host put them back (dead client, late ack) is refused."""
+    from feedq.distributed._host import Host
+
+    host = Host(fd.TaskName("ps", 0), client_timeout=60, ack_window=0.2)
+    host.open("queue", ("", "q"), {"kind": "FIFOQueue",
+                                   "kwargs": {"capacity": -1, "dtypes": np.int64, "shapes": [[]]}})
+    key = ("", "q")
+    host.call("queue", key, "enqueue_many", (np.arange(6),), {"timeout": None})
+    assert host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c1", "me").tolist() \
+        == [0, 1]
+    assert host.ack(["c1"]) is True  # in time: the caller keeps [0, 1]
+    assert host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c2", "me").tolist() \
+        == [2, 3]
+    host.abort(["c2"])  # e.g. reaped: [2, 3] went back ...
+    assert host.ack(["c2"]) is False  # ... so the caller must not keep them
+    assert host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c3", "me").tolist() \
+        == [2, 3]
+    time.sleep(0.3)
+    assert host.ack(["c3"]) is False  # too late: back they go, once
+    assert host.call("queue", key, "dequeue_many", (4,), {"timeout": 1.0}).tolist() == [2, 3, 4, 5]
+    assert host.info()["inflight"] == 0
+
+
+def test_host_reaps_deliveries_never_acknowledged() -> None:
+    from feedq.distributed._host import Host
+
+    host = Host(fd.TaskName("ps", 0), client_timeout=60, ack_window=0.1)
+    host.open("queue", ("", "q"), {"kind": "FIFOQueue",
+                                   "kwargs": {"capacity": -1, "dtypes": np.int64, "shapes": [[]]}})
+    key = ("", "q")
+    host.call("queue", key, "enqueue_many", (np.arange(3),), {"timeout": None})
+    host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c1", "alive")
+    time.sleep(0.2)
+    host.heartbeat("alive")
+    host.reap()
+    assert host.call("queue", key, "dequeue_many", (3,), {"timeout": 1.0}).tolist() == [0, 1, 2]
+
+
+def test_host_puts_back_padded_batches_unpadded() -> None:
+    from feedq.distributed._host import Host
+
+    host = Host(fd.TaskName("ps", 0), client_timeout=60)
+    key = ("", "q")
+    host.open("queue", key, {"kind": "PaddingFIFOQueue",
+                             "kwargs": {"capacity": 10, "dtypes": np.int32, "shapes": [[None]]}})
+    host.call("queue", key, "enqueue", (np.array([1, 2], np.int32),), {"timeout": 1})
+    host.call("queue", key, "enqueue", (np.array([3], np.int32),), {"timeout": 1})
+    got = host.call("queue", key, "dequeue_many", (2,), {"timeout": 1}, "cid", "client")
+    assert got.tolist() == [[1, 2], [3, 0]]
+    host.abort(["cid"])
+    assert host.call("queue", key, "dequeue", (), {"timeout": 1}).tolist() == [1, 2]
+    assert host.call("queue", key, "dequeue", (), {"timeout": 1}).tolist() == [3]  # not [3, 0]
+    # A single dequeue after a batch one keeps its own put-back rows.
+    host.call("queue", key, "enqueue", (np.array([4, 5, 6], np.int32),), {"timeout": 1})
+    got = host.call("queue", key, "dequeue", (), {"timeout": 1}, "cid2", "client")
+    host.abort(["cid2"])
+    assert host.call("queue", key, "dequeue", (), {"timeout": 1}).tolist() == [4, 5, 6]
+
+
+@pytest.mark.parametrize("codec", ["float16", "bfloat16", "int8"])
+def test_codecs_send_what_they_cannot_represent_exactly(codec: str) -> None:
+    from feedq.distributed._compression import decode, encode
+
+    stats = [0, 0, 0]
+    cases = [np.array([1.0, 2.0, np.nan, 4.0], np.float32),
+             np.array([1.0, -np.inf, 4.0], np.float32)]
+    if codec == "float16":
+        cases.append(np.array([1e5, 1.0], np.float32))
+    for x in cases:
+        np.testing.assert_array_equal(decode(encode(x, codec, stats)), x)
+    assert stats[2] == len(cases)
+    assert stats[0] == stats[1]  # nothing saved on those
+    y = np.linspace(-1, 1, 64, dtype=np.float32)
+    out = decode(encode(y, codec, stats))
+    assert np.isfinite(out).all() and np.abs(out - y).max() < 0.01
+    assert stats[2] == len(cases) and stats[1] < stats[0]
+
+
+def test_probe_refuses_a_listener_that_is_not_a_ray_gcs() -> None:
+    import socket
+
+    from feedq.distributed._ray import _probe
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+
+    def answer_http1() -> None:
+        for _ in range(1):
+            conn, _addr = srv.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    t = threading.Thread(target=answer_http1, name="fake-dashboard", daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError, match=r"^no Ray cluster at '127.0.0.1:\d+': something "
+                           r"listens there, but not a Ray GCS"):
+            _probe(f"127.0.0.1:{port}")
+        assert time.monotonic() - t0 < 6.0
+    finally:
+        t.join(5)
+        srv.close()
+
+
+def test_sem_cluster_coordinator_stops_again_after_clear(dist: Dist) -> None:
+    name = dist.name("coord")
+    a = fd.ClusterCoordinator(name, task=PS0, origin="A")
+    b = fd.ClusterCoordinator(name, task=PS0, origin="B")
+    try:
+        b.request_stop()
+        assert a.wait_for_stop(5.0)
+        a.clear_stop()
+        b.clear_stop()
+        assert not a.should_stop() and not b.should_stop()
+        b.request_stop(ValueError("second"))
+        assert a.wait_for_stop(5.0)  # the watcher outlived the first stop
+        with pytest.raises(ValueError, match=r"^second"):
+            a.join(stop_grace_period_secs=1)
+        a.clear_stop()  # after join too
+        b.clear_stop()
+        a.request_stop(KeyError("third"))
+        assert b.wait_for_stop(5.0)
+    finally:
+        a.close()
+        b.close()
+
+
 SEMANTIC_CASES = [name for name in dict(globals()) if name.startswith("test_sem_")]

@@ -36,6 +36,7 @@ ray = pytest.importorskip("ray")
 import numpy as np
 
 import feedq.distributed as fd
+import feedq.errors as fd_errors
 from feedq.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 
 from . import test_distributed_local as cases
@@ -85,6 +86,16 @@ def _client(code: str, lc: fd.LocalCluster, **kw: Any) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, **kw)
 
 
+def _finish(p: subprocess.Popen[str], timeout: float = 40) -> tuple[str, str]:
+    """Wait for a client process; kill it if it outlives ``timeout`` or the test fails."""
+    try:
+        return p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=10)
+
+
 def _wait(pred: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -112,7 +123,7 @@ def test_state_shared_across_client_processes(dist: Dist) -> None:
     outs = []
     for _ in range(2):
         p = _client(code, dist.cluster)
-        out, err = p.communicate(timeout=40)
+        out, err = _finish(p)
         assert p.returncode == 0, err[-2000:]
         outs.append(out.split()[-1])
     assert outs == ["1.0", "2.0"]
@@ -177,10 +188,15 @@ def test_hung_server_gives_unavailable_within_5s(dist: Dist) -> None:
     try:
         t0 = time.monotonic()
         with pytest.raises(UnavailableError, match=r"^task /job:spare/task:2 is unavailable: its "
-                           r"server did not answer for 3 s$"):
+                           r"server did not answer for 3 s; the call was abandoned \(it took "
+                           r"nothing\)$"):
             q.dequeue(timeout=60)
         hung_s = time.monotonic() - t0
         assert hung_s < 5.0
+        # Hung is not stopped: join() keeps waiting (here: until its timeout).
+        t1 = time.monotonic()
+        assert dist.cluster.servers[task].join(timeout=0.5) is False
+        assert time.monotonic() - t1 < 3.0
     finally:
         os.kill(pid, signal.SIGKILL)  # our process: the frozen server actor
     print(f"hung server: caller released after {hung_s:.2f} s")
@@ -214,7 +230,7 @@ def test_coordinator_stop_crosses_processes(dist: Dist) -> None:
         c.request_stop(KeyError("lost shard"))
         c.close()
     """, dist.cluster)
-    out, err = p.communicate(timeout=40)
+    out, err = _finish(p)
     assert p.returncode == 0, err[-2000:]
     assert coord.wait_for_stop(5.0)
     requested_at = float(out.split()[0])
@@ -290,3 +306,138 @@ def test_client_deadline_abandons_the_call_losslessly(dist: Dist) -> None:
     _wait(lambda: q.statistics().waiting_consumers == 0 and q.size() == 3, 10,
           "the abandoned call to leave the elements in place")
     np.testing.assert_array_equal(q.dequeue_many(3, timeout=5), [0, 1, 2])
+
+
+def test_client_deadline_on_an_enqueue_says_the_outcome_is_unknown(dist: Dist) -> None:
+    """An enqueue or take_grad the client gave up on may still have run on
+    the server: the error must say so, not claim it was abandoned."""
+    task = "/job:spare/task:0"
+    q = fd.FIFOQueue(-1, np.int64, shapes=[[]], shared_name=dist.name(), task=task)
+    acc = fd.ConditionalAccumulator(np.float32, [1], shared_name=dist.name("acc"), task=task)
+    acc.apply_grad([5.0], 0)
+    pid = dist.cluster.servers[task].info()["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for call in (lambda: q.enqueue(42, timeout=0.1), lambda: acc.take_grad(1, timeout=0.1)):
+            # The client's deadline, or (heartbeats unanswered by then) unavailable.
+            with pytest.raises((DeadlineExceededError, UnavailableError),
+                               match=r"the outcome is unknown: the call may have taken effect"):
+                call()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_clients_that_exit_right_after_a_dequeue_duplicate_nothing(dist: Dist) -> None:
+    """The ack is confirmed before the elements are handed out: a client that
+    prints what it got and exits at once (os._exit) never has them put back."""
+    name = dist.name()
+    q = fd.FIFOQueue(-1, np.int64, shapes=[[]], shared_name=name, task="/job:ps/task:0")
+    n = 4
+    q.enqueue_many(np.arange(n * 4))
+    code = f"""
+        q = fd.FIFOQueue(-1, np.int64, shapes=[[]], shared_name={name!r}, task="/job:ps/task:0")
+        print(q.dequeue_many(4, timeout=30).tolist(), flush=True)
+        import os; os._exit(0)
+    """
+    procs = [_client(code, dist.cluster) for _ in range(n)]
+    consumed: list[int] = []
+    for p in procs:
+        out, err = _finish(p)
+        assert p.returncode == 0, err[-2000:]
+        consumed += [int(v) for v in out.strip().splitlines()[-1].strip("[]").split(",")]
+    time.sleep(3.5)  # past the client timeout: an unacknowledged delivery would be back now
+    left = q.size()
+    rest = q.dequeue_many(left, timeout=5).tolist() if left else []
+    assert sorted(consumed + rest) == list(range(n * 4))  # each once: no duplicate, no loss
+
+
+def test_a_paused_server_duplicates_and_loses_nothing(dist: Dist) -> None:
+    """A server paused past the client timeout (GC, swap, SIGSTOP) while a
+    client dequeues in a loop: it may report errors, never a duplicate."""
+    task = "/job:spare/task:1"
+    q = fd.FIFOQueue(-1, np.int64, shapes=[[]], shared_name=dist.name(), task=task)
+    total = 2000
+    q.enqueue_many(np.arange(total))
+    pid = dist.cluster.servers[task].info()["pid"]
+    got: list[int] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            try:
+                got.extend(q.dequeue_many(4, timeout=1).tolist())
+            except (UnavailableError, DeadlineExceededError, fd_errors.CancelledError):
+                time.sleep(0.05)
+
+    t = threading.Thread(target=consume, name="consumer-of-paused-server")
+    t.start()
+    try:
+        _wait(lambda: len(got) > 40, 20, "the consumer to start")
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(4.0)
+        os.kill(pid, signal.SIGCONT)
+        _wait(lambda: len(got) > 0 and q.size() == 0, 40, "the queue to drain")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        stop.set()
+        t.join(20)
+    left = q.size()
+    rest = q.dequeue_many(left, timeout=5).tolist() if left else []
+    allv = got + rest
+    assert len(allv) == len(set(allv)), "duplicated elements"
+    assert set(allv) == set(range(total)), "lost elements"
+
+
+def test_local_cluster_records_only_its_own_processes(ray_cluster: fd.LocalCluster) -> None:
+    """stop() kills by PID only processes of its own runtime (its temp dir and
+    their descendants), never another child whose command line says 'array'."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; x = 'array ray'; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        ray_cluster._record_pids()
+        assert child.pid not in ray_cluster._pids
+        assert ray_cluster._pids  # its runtime's processes are recorded
+        # Child processes it starts stay on loopback whatever this one has.
+        assert ray_cluster.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+def test_ray_leaves_the_sigterm_handler_alone(ray_cluster: fd.LocalCluster) -> None:
+    handler = signal.getsignal(signal.SIGTERM)
+    assert not (getattr(handler, "__module__", "") or "").startswith("ray"), handler
+
+
+def test_local_cluster_refuses_ray_imported_off_loopback(tmp_path: Path) -> None:
+    """Ray imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 would advertise
+    the routable IP: LocalCluster and connect refuse instead (nothing starts)."""
+    code = textwrap.dedent("""
+        import os
+        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+        os.environ.pop("RAY_ADDRESS", None)
+        import ray
+        import feedq.distributed as fd
+        from feedq.errors import FailedPreconditionError
+        try:
+            fd.LocalCluster({"ps": ["127.0.0.1:1"]}, backend="ray", namespace="x").start()
+            print("started")
+        except FailedPreconditionError as e:
+            print("refused:", e)
+        from feedq.distributed._ray import ensure_connected
+        try:
+            ensure_connected("127.0.0.1:1", "ns")
+            print("connected")
+        except FailedPreconditionError as e:
+            print("refused:", e)
+        assert not ray.is_initialized()
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = _finish(p, timeout=60)
+    assert p.returncode == 0, err[-2000:]
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("refused: ") for line in lines), out
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in lines[0]

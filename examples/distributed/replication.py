@@ -78,7 +78,7 @@ def main() -> None:
         run_replicas(__file__, replica, 2, env, session.backend)
         done = fd.FIFOQueue(-1, np.int64, shapes=[[]], shared_name="replication/done",
                             task="/job:ps/task:0")
-        total = int(done.dequeue_many(2).sum())
+        total = int(done.dequeue_many(2, timeout=60).sum())
         print("between-graph: total examples", total)
         assert total == N_BATCHES * 4
         fd.reset("/job:ps/task:0")

@@ -4,6 +4,11 @@ Dropping float32 to float16 or bfloat16 halves the bytes on the wire; 8-bit
 quantisation (per-array min/max, 256 levels) quarters them. Only floating
 components are touched; everything else travels exactly. The default is
 exact transfer (no codec).
+
+An array the codec cannot represent faithfully travels exactly instead (and
+is counted in :attr:`WireStatistics.uncompressed_arrays`): one with NaN or
+infinite values (int8 would turn the whole array into NaN), or, for float16,
+one with finite values beyond float16's range (they would become inf).
 """
 
 from __future__ import annotations
@@ -39,10 +44,14 @@ class WireStatistics:
         raw_bytes: bytes the float components would have taken exactly.
         wire_bytes: bytes they took on the wire.
         saved_bytes: ``raw_bytes - wire_bytes``.
+        uncompressed_arrays: float arrays sent exactly although a codec was
+            set, because it could not represent them (non-finite values, or
+            values beyond float16's range).
     """
 
     raw_bytes: int
     wire_bytes: int
+    uncompressed_arrays: int = 0
 
     @property
     def saved_bytes(self) -> int:
@@ -60,7 +69,28 @@ def check_codec(codec: str | None) -> str | None:
     return codec
 
 
+#: Marks an array sent exactly because the codec could not represent it.
+_EXACT = "exact"
+_FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def _encodable(arr: np.ndarray[Any, Any], codec: str) -> bool:
+    if arr.size == 0:
+        return True
+    if not np.isfinite(arr).all():
+        return False
+    if codec == "float16":
+        return float(np.abs(arr).max()) <= _FLOAT16_MAX
+    if codec == "bfloat16":
+        # float32's range; a wider (float64) value would overflow to inf.
+        return float(np.abs(arr).max()) <= float(np.finfo(np.float32).max)
+    # int8: the span must be finite too (float64 extremes overflow it).
+    return bool(np.isfinite(float(arr.max()) - float(arr.min())))
+
+
 def _encode_array(arr: np.ndarray[Any, Any], codec: str) -> Encoded:
+    if not _encodable(arr, codec):
+        return Encoded(_EXACT, arr.dtype.str, arr.shape, arr)
     if codec == "float16":
         return Encoded(codec, arr.dtype.str, arr.shape, arr.astype(np.float16))
     if codec == "bfloat16":
@@ -77,6 +107,8 @@ def _encode_array(arr: np.ndarray[Any, Any], codec: str) -> Encoded:
 
 def _decode_array(enc: Encoded) -> np.ndarray[Any, Any]:
     dtype = np.dtype(enc.dtype)
+    if enc.codec == _EXACT:
+        return enc.data
     if enc.codec == "float16":
         return enc.data.astype(dtype)
     if enc.codec == "bfloat16":
@@ -85,6 +117,14 @@ def _decode_array(enc: Encoded) -> np.ndarray[Any, Any]:
 
 
 _stats_lock = threading.Lock()
+
+
+def _count(stats: list[int], raw: int, enc: Encoded) -> None:
+    with _stats_lock:
+        stats[0] += raw
+        stats[1] += enc.data.nbytes
+        if enc.codec == _EXACT and len(stats) > 2:
+            stats[2] += 1
 
 
 def encode(value: Any, codec: str | None, stats: list[int] | None = None) -> Any:
@@ -100,9 +140,7 @@ def encode(value: Any, codec: str | None, stats: list[int] | None = None) -> Any
     if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.dtype.itemsize > 2:
         enc = _encode_array(value, codec)
         if stats is not None:
-            with _stats_lock:
-                stats[0] += value.nbytes
-                stats[1] += enc.data.nbytes
+            _count(stats, value.nbytes, enc)
         return enc
     if isinstance(value, (np.floating, float)) and not isinstance(value, np.float16):
         return value  # scalars: too small to matter, keep them exact
@@ -120,9 +158,7 @@ def decode(value: Any, stats: list[int] | None = None) -> Any:
     if isinstance(value, Encoded):
         arr = _decode_array(value)
         if stats is not None:
-            with _stats_lock:
-                stats[0] += arr.nbytes
-                stats[1] += value.data.nbytes
+            _count(stats, arr.nbytes, value)
         return arr
     if isinstance(value, list):
         return [decode(v, stats) for v in value]

@@ -67,10 +67,17 @@ class ClusterCoordinator(Coordinator):
         self._key = ("", name)
         self.origin = str(origin) if origin is not None else _default_origin()
         s.open(self._task, "coordinator", self._key, {})
-        self._closed = threading.Event()
-        self._watcher = threading.Thread(target=self._watch_remote, daemon=True,
-                                         name=f"ClusterCoordinator-{name}-watcher")
-        self._watcher.start()
+        self._name = name
+        self._watch_lock = threading.Lock()
+        self._user_closed = False  # guarded by self._watch_lock: close() ran
+        self._closed = threading.Event()  # ends the current watcher
+        self._watcher = self._start_watcher(self._closed)
+
+    def _start_watcher(self, closed: threading.Event) -> threading.Thread:
+        t = threading.Thread(target=self._watch_remote, args=(closed,), daemon=True,
+                             name=f"ClusterCoordinator-{self._name}-watcher")
+        t.start()
+        return t
 
     @property
     def session(self) -> Session:
@@ -106,24 +113,41 @@ class ClusterCoordinator(Coordinator):
         except FeedqError:
             _LOG.warning("could not clear the shared stop of %s", self._key[1], exc_info=True)
         super().clear_stop()
+        # Watch again (join ends the watcher): later stops elsewhere must
+        # still reach this process.
+        with self._watch_lock:
+            if not self._user_closed and (self._closed.is_set() or not self._watcher.is_alive()):
+                self._closed.set()
+                self._closed = threading.Event()
+                self._watcher = self._start_watcher(self._closed)
 
-    def _watch_remote(self) -> None:
-        while not self._closed.is_set() and not self.should_stop():
+    def _watch_remote(self, closed: threading.Event) -> None:
+        # Follows the record's generation (bumped by every clear): each
+        # shared stop is applied here once, and the watcher outlives it, so a
+        # stop after a clear_stop reaches this process too.
+        applied = -1
+        while not closed.is_set():
             try:
-                stopped, err, origin, _ = self.session.call(
+                stopped, err, origin, generation = self.session.call(
                     self._task, "coordinator", self._key, "wait_stop", timeout=_POLL)
             except UnavailableError as exc:
                 # Without the record the cluster cannot coordinate: stop here.
-                try:
-                    super().request_stop(exc)
-                except BaseException:  # noqa: BLE001 - joined already (C8)
-                    _LOG.debug("stop after join ignored", exc_info=True)
-                return
-            except Exception:  # noqa: BLE001 - session closed at shutdown
-                if self._closed.wait(_POLL):
+                if not self.should_stop():
+                    try:
+                        super().request_stop(exc)
+                    except BaseException:  # noqa: BLE001 - joined already (C8)
+                        _LOG.debug("stop after join ignored", exc_info=True)
+                if closed.wait(_POLL):
                     return
                 continue
-            if stopped:
+            except Exception:  # noqa: BLE001 - session closed at shutdown
+                if closed.wait(_POLL):
+                    return
+                continue
+            if not stopped:
+                continue
+            if generation != applied:
+                applied = generation
                 if err is not None:
                     _tag(err, origin or "another process")
                 if not self.should_stop():
@@ -131,12 +155,17 @@ class ClusterCoordinator(Coordinator):
                         super().request_stop(err)
                     except BaseException:  # noqa: BLE001 - joined already (C8): nobody to tell
                         _LOG.debug("stop after join ignored", exc_info=True)
+            # The record stays stopped until someone clears it: poll gently.
+            if closed.wait(_POLL):
                 return
 
     def close(self) -> None:
         """Stop watching the shared record (the watcher is a daemon thread)."""
-        self._closed.set()
-        self._watcher.join(timeout=_POLL + 5.0)
+        with self._watch_lock:
+            self._user_closed = True
+            self._closed.set()
+            watcher = self._watcher
+        watcher.join(timeout=_POLL + 5.0)
 
     def join(self, threads: Any = None, stop_grace_period_secs: float = 120,
              ignore_live_threads: bool = False) -> None:

@@ -14,10 +14,21 @@ What a host adds to the local objects, and why:
   waiting attempt leaves its line and gives back what it had collected, in
   order: an abandoned dequeue never takes an element (T2, T3).
 * **deliveries held until acknowledged.** A remote dequeue's elements stay
-  recorded as *in flight* until the caller acknowledges them (right after it
-  receives them, before user code sees them). If the caller dies or gives up
-  first, they go back to the front of the queue: a client that dies
-  mid-dequeue loses and duplicates nothing.
+  recorded as *in flight* until the caller acknowledges them. The caller
+  hands them to user code only once the host has *confirmed* the
+  acknowledgement (:meth:`Host.ack` returns True). If the caller dies or
+  gives up first, or the acknowledgement comes later than ``ack_window``
+  seconds after the delivery, they go back to the front of the queue and the
+  acknowledgement is refused (the caller then raises UnavailableError and
+  drops them): a client that dies mid-dequeue, or a server paused longer
+  than the client timeout, loses and duplicates nothing. (One window is left:
+  an acknowledgement accepted whose confirmation never reaches the caller
+  within ``ack_window`` plus a grace period loses those elements; it needs a
+  reply delayed by seconds on the wire.)
+* **calls abandoned before they start do nothing.** An abort that arrives
+  before its call starts leaves a tombstone and the call is dropped. An
+  abort that arrives after a non-delivering call (enqueue, take_grad) already
+  ran cannot undo it: the client reports such an outcome as *unknown*.
 * **a cluster default timeout** (TF1's ``operation_timeout_in_ms``, T1) for
   calls that pass no timeout.
 """
@@ -28,7 +39,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -174,6 +185,28 @@ class _AbortableQueue(QueueBase):
             abort._waits_on.remove(self)
         if att.error is not None:
             raise att.error
+
+    def _assemble(self, chunks: list[list[np.ndarray[Any, Any]]], count: int,
+                  outs: list[np.ndarray[Any, Any]] | None) -> Any:
+        if not self._all_dense:
+            # Padded batches cannot be un-padded: keep the rows as stored,
+            # for a put-back (runs in the calling thread, see Host.call).
+            _ctx.raw_chunks = list(chunks)
+        return super()._assemble(chunks, count, outs)
+
+    def _put_back_chunks(self, chunks: list[list[np.ndarray[Any, Any]]]) -> None:
+        """Return rows as they were stored to the front of the queue, in order."""
+        with self._mutex:
+            for chunk in reversed(chunks):
+                k = int(chunk[0].shape[0])
+                if k == 0:
+                    continue
+                self._ensure_alloc(self._size + k)
+                self._putback(chunk)
+                self._size += k
+                self._dequeued -= k
+            self._flush()
+            self._consumer_done.notify_all()
 
     def _put_back_result(self, op: str, result: Any) -> None:
         """Return a delivered result to the front of the queue, in order."""
@@ -362,6 +395,15 @@ class _Delivery:
     queue: _AbortableQueue
     op: str
     result: Any
+    # The rows as stored, when the result was padded (PaddingFIFOQueue).
+    raw: list[list[np.ndarray[Any, Any]]] | None = None
+    at: float = field(default_factory=time.monotonic)
+
+
+#: Seconds after a delivery within which its acknowledgement is accepted; a
+#: later one is refused and the elements go back (the client gives up waiting
+#: for the confirmation after this plus a grace period).
+ACK_WINDOW = 10.0
 
 
 class Host:
@@ -374,11 +416,14 @@ class Host:
         client_timeout: seconds without a heartbeat after which a remote
             client counts as dead: its pending calls end and its unacknowledged
             deliveries go back to their queues.
+        ack_window: seconds after a delivery within which its
+            acknowledgement is accepted (see :meth:`ack`).
     """
 
     def __init__(self, task: TaskName, operation_timeout: float | None = None,
-                 client_timeout: float = 3.0) -> None:
+                 client_timeout: float = 3.0, ack_window: float = ACK_WINDOW) -> None:
         self.task = task
+        self._ack_window = ack_window
         self._lock = threading.Lock()
         self._resources: dict[ResourceKey, Any] = {}  # guarded by self._lock
         self._pending: dict[str, _Pending] = {}  # guarded by self._lock
@@ -542,8 +587,10 @@ class Host:
                 self._pending[call_id] = _Pending(client, abort)
         _ctx.abort = abort
         _ctx.inline = inline
+        _ctx.raw_chunks = None
         try:
             result = self._dispatch(rkind, res, key, op, args, kwargs, abort)
+            raw = _ctx.raw_chunks if op in DELIVERING_OPS else None
         except CancelledError:
             if abort is not None and abort.is_set():
                 raise abort.error() from None
@@ -551,16 +598,17 @@ class Host:
         finally:
             _ctx.abort = None
             _ctx.inline = False
+            _ctx.raw_chunks = None
             if call_id is not None:
                 with self._lock:
                     self._pending.pop(call_id, None)
         if call_id is not None and client is not None and op in DELIVERING_OPS:
             with self._lock:
                 if not (abort is not None and abort.is_set()):
-                    self._inflight[call_id] = _Delivery(client, res, op, result)
+                    self._inflight[call_id] = _Delivery(client, res, op, result, raw)
                     return encode(result, wire)
             # Abandoned after the elements were taken: they go back (T2).
-            self._put_back(_Delivery(client, res, op, result))
+            self._put_back(_Delivery(client, res, op, result, raw))
             raise abort.error()
         if op in DELIVERING_OPS:
             return encode(result, wire)
@@ -631,11 +679,25 @@ class Host:
         for d in reversed(back):
             self._put_back(d)
 
-    def ack(self, call_ids: list[str]) -> None:
-        """The caller received these deliveries: forget them."""
+    def ack(self, call_ids: list[str]) -> bool:
+        """The caller received these deliveries: forget them.
+
+        Returns:
+            True if every one was still in flight and within ``ack_window``
+            (the caller may keep them); False if any had gone back already
+            or came too late (then all of them go back: the caller must drop
+            them and report the call as failed).
+        """
+        now = time.monotonic()
         with self._lock:
+            found = [self._inflight.get(cid) for cid in call_ids]
+            ok = all(d is not None and now - d.at <= self._ack_window for d in found)
+            back = [] if ok else [d for d in found if d is not None]
             for cid in call_ids:
                 self._inflight.pop(cid, None)
+        for d in reversed(back):
+            self._put_back(d)
+        return ok
 
     def heartbeat(self, client: str) -> float:
         """Record that ``client`` is alive; returns the host's clock."""
@@ -655,13 +717,17 @@ class Host:
             for c in dead:
                 del self._clients[c]
             ids = [cid for cid, p in self._pending.items() if p.client in dead]
-            ids += [cid for cid, d in self._inflight.items() if d.client in dead]
+            ids += [cid for cid, d in self._inflight.items()
+                    if d.client in dead or now - d.at > self._ack_window]
         if ids:
             self.abort(ids, reason="abandoned: its client stopped sending heartbeats")
         return dead
 
     def _put_back(self, delivery: _Delivery) -> None:
-        delivery.queue._put_back_result(delivery.op, delivery.result)
+        if delivery.raw is not None:
+            delivery.queue._put_back_chunks(delivery.raw)
+        else:
+            delivery.queue._put_back_result(delivery.op, delivery.result)
         with self._lock:
             self.put_back_count += 1
 

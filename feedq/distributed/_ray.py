@@ -17,6 +17,9 @@ The transport, and why it is built this way:
 * results come back as ``(ok, value_or_exception)`` envelopes, so errors
   arrive as the same feedq exception with the same message as locally, not
   wrapped in Ray's task error;
+* a dequeue's elements are handed to user code only after the server
+  confirmed their acknowledgement (``_host``), so a client that exits at once,
+  or a server paused past the client timeout, duplicates nothing;
 * a daemon **heartbeat** thread per client process pings the servers it uses
   every 0.5 s: the servers learn that the client lives (or else put its
   unacknowledged deliveries back), and the client learns within
@@ -31,7 +34,9 @@ import functools
 import logging
 import os
 import pickle
+import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -41,12 +46,13 @@ from typing import Any
 
 from ..errors import (
     DeadlineExceededError,
+    FailedPreconditionError,
     FeedqError,
     InvalidArgumentError,
     UnavailableError,
 )
 from ._cluster import TaskName
-from ._host import BLOCKING_OPS, DELIVERING_OPS, Host, WouldBlock
+from ._host import ACK_WINDOW, BLOCKING_OPS, DELIVERING_OPS, Host, WouldBlock
 
 __all__ = ["RayTransport", "actor_name", "require_ray", "task_server_class"]
 
@@ -78,6 +84,44 @@ def require_ray() -> ModuleType:
             'pip install "feedq[ray]"'
         ) from exc
     return ray
+
+
+_LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def is_loopback_address(address: str) -> bool:
+    """Whether a ``host:port`` (or ``"local"``) Ray address names this machine's loopback."""
+    if address == "local":
+        return True
+    host = address.rpartition(":")[0].strip("[]")
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def check_loopback_ray(what: str) -> None:
+    """Refuse to run a loopback-only Ray setup in a process whose Ray would
+    advertise and bind its routable IP.
+
+    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when it is first
+    imported; unless it was ``0`` then, Ray rewrites ``127.0.0.1`` to the
+    machine's routable address.
+
+    Raises:
+        FailedPreconditionError: Ray was imported with cluster mode on.
+    """
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # pragma: no cover - other Ray layouts: cannot tell
+        return
+    if getattr(ray_constants, "ENABLE_RAY_CLUSTER", False):
+        raise FailedPreconditionError(
+            f"{what} needs Ray to stay on loopback (127.0.0.1), but Ray was imported in this "
+            f"process without {_LOOPBACK_VAR}=0, so it would advertise and bind the machine's "
+            f"routable IP instead: set {_LOOPBACK_VAR}=0 in the environment before anything "
+            "imports ray (e.g. at the very top of the program or in the shell)"
+        )
 
 
 def actor_name(task: TaskName) -> str:
@@ -151,8 +195,8 @@ class _TaskServer:
         except Exception as exc:  # noqa: BLE001
             return False, _portable(exc)
 
-    async def ack(self, call_ids: list[str]) -> None:
-        self._host.ack(call_ids)
+    async def ack(self, call_ids: list[str]) -> bool:
+        return self._host.ack(call_ids)
 
     async def abort(self, call_ids: list[str]) -> None:
         self._host.abort(call_ids)
@@ -201,21 +245,32 @@ def ensure_connected(address: str | None, namespace: str) -> ModuleType:
         InvalidArgumentError: no address given and ``RAY_ADDRESS`` unset.
         UnavailableError: no cluster reachable at the address.
     """
+    address = address or os.environ.get("RAY_ADDRESS")
+    if "ray" not in sys.modules and address and is_loopback_address(address):
+        # Ray reads this when imported: keep a loopback cluster on loopback.
+        os.environ.setdefault(_LOOPBACK_VAR, "0")
     ray = require_ray()
     if ray.is_initialized():
         return ray
-    address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         raise InvalidArgumentError(
             "no Ray cluster address: pass address='host:port' (see `ray start --head`) "
             "or set RAY_ADDRESS"
         )
+    if is_loopback_address(address):
+        check_loopback_ray(f"connecting to the Ray cluster at {address!r}")
     _probe(address)
+    # ray.init installs a SIGTERM handler that raises SystemExit in whatever
+    # code runs: keep the process's own.
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, namespace=namespace, logging_level=logging.WARNING,
                  log_to_driver=False)
     except (ConnectionError, TimeoutError, RuntimeError) as exc:
         raise UnavailableError(f"no Ray cluster reachable at {address!r}: {exc}") from exc
+    finally:
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
     return ray
 
 
@@ -228,12 +283,40 @@ def _probe(address: str) -> None:
     if not host or not port.isdigit():
         raise InvalidArgumentError(f"Ray cluster address must be 'host:port', got {address!r}")
     try:
-        socket.create_connection((host, int(port)), timeout=5.0).close()
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=5.0)
     except OSError as exc:
         raise UnavailableError(
             f"no Ray cluster reachable at {address!r}: {exc.strerror or exc} "
             "(start one with `ray start --head` and pass its address)"
         ) from None
+    # Something listens; Ray's GCS speaks gRPC, i.e. HTTP/2, and answers the
+    # client preface with a SETTINGS frame. Anything else (a dashboard, a
+    # wrong port) would make ray.init retry for minutes: refuse it here.
+    try:
+        with sock:
+            sock.settimeout(5.0)
+            sock.sendall(_H2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except OSError as exc:
+        head = b""
+        detail = exc.strerror or str(exc) or type(exc).__name__
+    else:
+        detail = "it did not answer as a gRPC server"
+    if len(head) < 9 or head[3] != 0x04:
+        raise UnavailableError(
+            f"no Ray cluster at {address!r}: something listens there, but not a Ray GCS "
+            f"({detail}); pass the address `ray start --head` printed (the GCS port, "
+            "6379 by default), not e.g. the dashboard's"
+        )
+
+
+# HTTP/2 client connection preface followed by an empty SETTINGS frame.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 class RayTransport:
@@ -298,11 +381,19 @@ class RayTransport:
              args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run one operation on a task's resource; see the module docstring.
 
+        A dequeue's result is returned only once the server has confirmed
+        the acknowledgement of its delivery; if it cannot be confirmed the
+        server puts the elements back and this raises UnavailableError, so
+        nothing is delivered twice.
+
         Raises:
-            UnavailableError: the server died or stopped answering.
+            UnavailableError: the server died or stopped answering, or did
+                not confirm a dequeue's delivery.
             DeadlineExceededError: the server did not answer within the
-                call's timeout plus a grace period (the call is abandoned,
-                losslessly).
+                call's timeout plus a grace period. An abandoned dequeue takes
+                nothing; any other call (enqueue, take_grad, ...) may already
+                have run on the server, and the message says its outcome is
+                unknown.
             FeedqError: whatever the operation raised on the host.
         """
         h = self.handle(task)
@@ -310,14 +401,38 @@ class RayTransport:
         call_id = uuid.uuid4().hex if blocking else None
         ref = h.call.remote(rkind, key, op, args, kwargs, call_id, self.client_id)
         timeout = kwargs.get("timeout")
-        ok, value = self._wait(task, h, ref, call_id, timeout if blocking else None)
+        ok, value = self._wait(task, h, ref, call_id, timeout if blocking else None,
+                               op=op)
         if not ok:
             raise value
         if call_id is not None and op in DELIVERING_OPS:
-            # Received: the host may forget the elements (until now it would
-            # have put them back had this process died).
-            h.ack.remote([call_id])
+            # Received: the host may forget the elements. Until it confirms
+            # that, it would put them back were this process to die or the
+            # acknowledgement to come late, so they are handed out only once
+            # it has confirmed (else they would be delivered twice).
+            self._confirm_ack(task, h, call_id)
         return value
+
+    def _confirm_ack(self, task: TaskName, h: Any, call_id: str) -> None:
+        ray = self._ray
+        why = None
+        try:
+            if not ray.get(h.ack.remote([call_id]), timeout=ACK_WINDOW + CLIENT_GRACE):
+                why = "its server had already put the elements back (it saw no heartbeat or " \
+                      "no acknowledgement in time)"
+        except ray.exceptions.GetTimeoutError:
+            why = f"its server did not confirm receipt within {ACK_WINDOW + CLIENT_GRACE:g} s"
+        except ray.exceptions.RayError as exc:
+            why = f"its server could not confirm receipt ({type(exc).__name__})"
+        except BaseException:
+            self._abandon(h, call_id)
+            raise
+        if why is not None:
+            self._abandon(h, call_id)
+            raise UnavailableError(
+                f"task {task} is unavailable: {why}; the dequeued elements were returned "
+                "to the queue (nothing was taken)"
+            )
 
     def request(self, task: TaskName, method: str, *args: Any) -> Any:
         """Call a plain actor method (info, reset, ...) with liveness checks."""
@@ -332,8 +447,16 @@ class RayTransport:
         return value
 
     def _wait(self, task: TaskName, h: Any, ref: Any, call_id: str | None,
-              timeout: float | None) -> Any:
+              timeout: float | None, op: str | None = None) -> Any:
         ray = self._ray
+        # What giving up means for the caller: a delivering call that is
+        # abandoned takes nothing (its elements go back); any other call may
+        # already have run on the server, so its outcome is unknown.
+        if call_id is None or op in DELIVERING_OPS:
+            outcome = "the call was abandoned (it took nothing)"
+        else:
+            outcome = ("the outcome is unknown: the call may have taken effect "
+                       "(it was abandoned, but the server may have run it already)")
         deadline = None
         if timeout is not None and timeout != float("inf"):
             deadline = time.monotonic() + float(timeout) + CLIENT_GRACE + 0.1 * float(timeout)
@@ -346,12 +469,12 @@ class RayTransport:
                 reason = self.unavailable(task)
                 if reason is not None:
                     self._abandon(h, call_id)
-                    raise UnavailableError(f"task {task} is unavailable: {reason}")
+                    raise UnavailableError(f"task {task} is unavailable: {reason}; {outcome}")
                 if deadline is not None and time.monotonic() > deadline:
                     self._abandon(h, call_id)
                     raise DeadlineExceededError(
                         f"Timed out waiting for task {task}: no answer within the call's "
-                        f"timeout of {timeout:g} s plus {CLIENT_GRACE:g} s; the call was abandoned"
+                        f"timeout of {timeout:g} s plus {CLIENT_GRACE:g} s; {outcome}"
                     )
         except BaseException as exc:
             if isinstance(exc, FeedqError):
@@ -359,9 +482,14 @@ class RayTransport:
             if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
                 with self._lock:
                     self._dead[task] = "its server died"
-                raise UnavailableError(f"task {task} is unavailable: its server died") from None
+                # Best effort: were it still alive, it drops or undoes the call.
+                self._abandon(h, call_id)
+                raise UnavailableError(
+                    f"task {task} is unavailable: its server died or is unreachable; {outcome}"
+                ) from None
             if isinstance(exc, ray.exceptions.RayError):
-                raise UnavailableError(f"task {task} is unavailable: {exc}") from None
+                self._abandon(h, call_id)
+                raise UnavailableError(f"task {task} is unavailable: {exc}; {outcome}") from None
             # KeyboardInterrupt and friends: give up the remote call losslessly.
             self._abandon(h, call_id)
             raise

@@ -192,7 +192,7 @@ class RemoteQueue(_Handle):
         super().__init__(task, key, session)
         self._meta = meta
         self._codec = check_codec(compression)
-        self._wire = [0, 0]
+        self._wire = [0, 0, 0]
         self._single = meta.names is None and len(meta.dtypes) == 1
 
     def __reduce__(self) -> Any:
@@ -316,7 +316,7 @@ class RemoteQueue(_Handle):
     def wire_statistics(self) -> WireStatistics:
         """Bytes of float components sent and received through this handle,
         before and after compression."""
-        return WireStatistics(self._wire[0], self._wire[1])
+        return WireStatistics(self._wire[0], self._wire[1], self._wire[2])
 
     def __iter__(self) -> Iterator[Any]:
         """Dequeue elements until the queue is closed and empty."""

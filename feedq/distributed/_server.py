@@ -166,8 +166,20 @@ class Server:
             raise InvalidArgumentError(
                 f"task {self.task} is already served by another Server (duplicate task): {exc}"
             ) from None
-        # Wait until it serves, so that a failure to start is reported here.
-        ray.get(actor.info.remote(), timeout=60)
+        # Wait until it serves, so that a failure to start is reported here
+        # (and leaves no pending detached actor behind).
+        try:
+            ray.get(actor.info.remote(), timeout=60)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                _LOG.debug("kill of the unstarted server of %s failed", self.task, exc_info=True)
+            why = "did not start within 60 s" if isinstance(exc, ray.exceptions.GetTimeoutError) \
+                else f"failed to start ({type(exc).__name__}: {exc})"
+            raise UnavailableError(
+                f"the server of task {self.task} {why}; its actor was removed"
+            ) from None
         return actor
 
     def info(self) -> dict[str, Any]:
@@ -195,10 +207,15 @@ class Server:
         while True:
             step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
             try:
-                if ray.get(self._actor.wait_stopped.remote(step), timeout=step + 10):
+                # A bounded join answers near its timeout even if the server
+                # is paused; an unbounded one gives a slow server more time.
+                slack = 10.0 if deadline is None else 1.0
+                if ray.get(self._actor.wait_stopped.remote(step), timeout=step + slack):
                     return True
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                return True
+            except ray.exceptions.RayActorError:
+                return True  # the actor is gone: stopped
+            except ray.exceptions.GetTimeoutError:
+                pass  # slow or paused, not stopped: keep waiting
             if deadline is not None and time.monotonic() >= deadline:
                 return False
 

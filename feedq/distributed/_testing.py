@@ -22,6 +22,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -124,9 +125,14 @@ class LocalCluster:
             os.environ.setdefault("RAY_AUTH_MODE", "token")
             if os.environ["RAY_AUTH_MODE"] == "token" and not os.environ.get("RAY_AUTH_TOKEN"):
                 os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
-        for key in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
             if key in os.environ:
                 self._env[key] = os.environ[key]
+        # Children always stay on loopback, whatever this process has.
+        self._env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        from ._ray import check_loopback_ray
+
+        check_loopback_ray("LocalCluster")
         import ray
         if ray.is_initialized():
             # Joined already (e.g. a test session): reuse it, do not own it.
@@ -134,10 +140,17 @@ class LocalCluster:
         else:
             self._temp_dir = tempfile.mkdtemp(prefix="fq", dir="/tmp")
             resources = {task_resource(t): 1.0 for t in self.cluster.tasks()}
-            ctx = ray.init(address="local", num_cpus=self._num_cpus, resources=resources,
-                           namespace=self.namespace, include_dashboard=False,
-                           _temp_dir=self._temp_dir, _node_ip_address="127.0.0.1",
-                           logging_level=logging.WARNING, log_to_driver=False)
+            # ray.init installs a SIGTERM handler that raises SystemExit in
+            # whatever code runs (e.g. another test): keep this process's own.
+            sigterm = signal.getsignal(signal.SIGTERM)
+            try:
+                ctx = ray.init(address="local", num_cpus=self._num_cpus, resources=resources,
+                               namespace=self.namespace, include_dashboard=False,
+                               _temp_dir=self._temp_dir, _node_ip_address="127.0.0.1",
+                               logging_level=logging.WARNING, log_to_driver=False)
+            finally:
+                if sigterm is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, sigterm)
             self.address = str(ctx.address_info["address"])  # type: ignore[attr-defined]
             self._owns_ray = True
         self._env["RAY_ADDRESS"] = str(self.address)
@@ -148,15 +161,23 @@ class LocalCluster:
         import psutil
 
         me = psutil.Process()
+        if self._temp_dir is None:
+            return
         for child in me.children(recursive=True):
             try:
                 cmd = " ".join(child.cmdline())
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            # Only the runtime's processes (its binaries, its workers, its
-            # temp dir), never other children of this process.
-            if "ray" in cmd or (self._temp_dir is not None and self._temp_dir in cmd):
+            # Only the runtime's processes: those naming its temp (session)
+            # dir (gcs_server, raylet, monitors) and their descendants (the
+            # workers, which rename themselves "ray::..."); never other
+            # children of this process.
+            if self._temp_dir in cmd:
                 self._pids.add(child.pid)
+                try:
+                    self._pids.update(p.pid for p in child.children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
 
     def server_pid(self, task: Any) -> int | None:
         """The OS process of a task's server (Ray), for failure tests."""
