@@ -72,9 +72,10 @@ def part1_queue_runner(path: str) -> int:
 
 def part2_shuffle_batch(paths: list[str]) -> int:
     seen = 0
-    with feedq.Pipeline():
+    with feedq.Pipeline() as pipe:
         filenames = feedq.string_input_producer(paths, num_epochs=2, seed=1)
-        readers = [TextLineReader(skip_header_lines=1) for _ in range(3)]
+        # pipe.closing: the readers are closed after the threads using them are joined.
+        readers = [pipe.closing(TextLineReader(skip_header_lines=1)) for _ in range(3)]
 
         def read_block(reader: TextLineReader = readers[0]) -> list:
             block = reader.read_block(filenames, 512)  # one buffer of lines, no per-line objects
@@ -97,9 +98,9 @@ def part3_producer_error(folder: Path) -> None:
     bad = folder / "bad.csv"
     bad.write_text("x1,x2,target\n0.1,0.2,1\n0.3,oops,0\n")
     try:
-        with feedq.Pipeline():
+        with feedq.Pipeline() as pipe:
             files = feedq.string_input_producer([str(bad)], num_epochs=1)
-            reader = TextLineReader(skip_header_lines=1)
+            reader = pipe.closing(TextLineReader(skip_header_lines=1))
 
             def read_one() -> list:
                 _, value = reader.read(files)

@@ -515,3 +515,26 @@ def test_ctrl_c_stops_cleanly() -> None:
             proc.kill()
     assert proc.returncode == 130, err
     assert "stopped cleanly []" in out
+
+
+def test_pipeline_closing_closes_readers_after_join(tmp_path) -> None:
+    readers = pytest.importorskip("feedq.readers")
+    import gzip
+
+    path = tmp_path / "lines.txt.gz"
+    # Larger than a read block (4 MiB) once inflated, so reading stops mid-stream.
+    path.write_bytes(gzip.compress(b"".join(b"%07d\n" % i for i in range(1_500_000)), compresslevel=1))
+    before = {t.name for t in threading.enumerate()}
+    with feedq.Pipeline() as pipe:
+        files = feedq.string_input_producer([str(path)], num_epochs=1)
+        reader = pipe.closing(readers.TextLineReader(compression="GZIP"))
+
+        def read() -> list:
+            return [reader.read_block(files, 1000).lengths]
+
+        b = feedq.batch(read, 100, enqueue_many=True, dtypes=[np.int64], shapes=[[]])
+        b.dequeue(timeout=10)  # mid-file: the read-ahead thread is running
+    left = {t.name for t in threading.enumerate()} - before
+    assert not [n for n in left if n.startswith("feedq-inflate")], left
+    with pytest.raises(TypeError, match="no close"):
+        pipe.closing(object())
