@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 import numpy as np
 
 from feedq.errors import DataLossError, FeedqError, InvalidArgumentError, NotFoundError
-from feedq.readers._io import ByteStream
+from feedq.readers._io import ByteStream, open_stream
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -563,6 +563,19 @@ def _not_found(err: NotFoundError) -> _SkipFile:
 
 def _data_loss(err: DataLossError, offset: int | None, resume: int | None = None) -> _SkipFile:
     return _SkipFile(err, offset, resume)
+
+
+def _open_stream_at(work_unit: bytes, compression: str, offset: int) -> ByteStream:
+    """Open a work unit positioned at ``offset``; open errors become per-file skips (R8)."""
+    try:
+        stream = open_stream(work_unit, compression)
+        if offset:
+            stream.skip(offset)
+    except NotFoundError as exc:
+        raise _not_found(exc) from None
+    except DataLossError as exc:
+        raise _data_loss(exc, offset) from None
+    return stream
 
 
 class _Buffer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from feedq.errors import DataLossError, InvalidArgumentError, NotFoundError
+from feedq.errors import InvalidArgumentError
 from feedq.readers._base import (
     DEFAULT_BLOCK_BYTES,
     OnError,
@@ -13,9 +13,9 @@ from feedq.readers._base import (
     _Buffer,
     _data_loss,
     _empty_block,
-    _not_found,
+    _open_stream_at,
 )
-from feedq.readers._io import normalize_compression, open_stream
+from feedq.readers._io import normalize_compression
 
 __all__ = ["TextLineReader"]
 
@@ -76,14 +76,7 @@ class TextLineReader(ReaderBase):
                 skipped += len(block)
 
     def _open_at(self, work_unit: bytes, offset: int, line: int) -> None:
-        try:
-            self._stream = open_stream(work_unit, self.compression)
-            if offset:
-                self._stream.skip(offset)
-        except NotFoundError as exc:
-            raise _not_found(exc) from None
-        except DataLossError as exc:
-            raise _data_loss(exc, offset) from None
+        self._stream = _open_stream_at(work_unit, self.compression, offset)
         self._buf = _Buffer(self._stream, self.block_bytes)
         self._nl = np.zeros(0, dtype=np.int64)
         self._nl_i = 0

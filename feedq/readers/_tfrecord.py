@@ -32,11 +32,11 @@ from feedq.readers._base import (
     _Buffer,
     _data_loss,
     _empty_block,
-    _not_found,
+    _open_stream_at,
     _SkipFile,
 )
 from feedq.readers._crc import crc32c_function, mask_crc_array, masked_crc32c
-from feedq.readers._io import normalize_compression, open_stream
+from feedq.readers._io import normalize_compression
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -132,14 +132,7 @@ class TFRecordReader(ReaderBase):
         self._open_at(work_unit, 0)
 
     def _open_at(self, work_unit: bytes, offset: int) -> None:
-        try:
-            self._stream = open_stream(work_unit, self.compression)
-            if offset:
-                self._stream.skip(offset)
-        except NotFoundError as exc:
-            raise _not_found(exc) from None
-        except DataLossError as exc:
-            raise _data_loss(exc, offset) from None
+        self._stream = _open_stream_at(work_unit, self.compression, offset)
         self._buf = _Buffer(self._stream, self.block_bytes)
 
     def _fname(self) -> str:
