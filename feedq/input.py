@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arrays import as_dtype, as_torch_free_array
 from .errors import (
     CancelledError,
     DeadlineExceededError,
@@ -55,7 +56,6 @@ from .errors import (
 )
 from .pipeline import current_pipeline, gate_ops, register_runner
 from .queues import STRING, FIFOQueue, PaddingFIFOQueue, QueueBase, QueueStatistics, RandomShuffleQueue
-from .queues._spec import as_dtype, as_torch_free_array
 from .runners import QueueRunner, QueueRunnerStatistics
 
 __all__ = [

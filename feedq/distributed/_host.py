@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import flatten_values
 from .._defaults import resolve_timeout
 from ..errors import (
     CancelledError,
@@ -61,7 +62,6 @@ from ..queues import (
     QueueState,
     RandomShuffleQueue,
 )
-from ..queues._spec import flatten_values
 from ._cluster import TaskName
 from ._compression import decode, encode
 

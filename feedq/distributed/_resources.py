@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import as_torch_free_array, flatten_values, pack_values
 from ..devices import PlacementRequest, current_device
 from ..errors import InvalidArgumentError, OutOfRangeError
-from ..queues._spec import as_torch_free_array, flatten_values, pack_values
 from ._cluster import ClusterSpec, TaskName
 from ._compression import WireStatistics, check_codec, decode, encode
 from ._host import QueueMeta

@@ -15,67 +15,33 @@ Strings are stored as ``STRING`` (``np.dtype(object)``) arrays whose items are
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .._arrays import (
+    NUMERIC_KINDS,
+    STRING,
+    as_dtype,
+    as_torch_free_array,
+    flatten_values,
+    pack_values,
+)
 from ..errors import InvalidArgumentError
 
-__all__ = ["STRING", "Component", "as_dtype", "as_torch_free_array"]
-
-#: The dtype of string components: object arrays holding ``bytes``.
-STRING = np.dtype(object)
-
-_STRING_ALIASES = {"string", "str", "bytes", "object"}
-_NUMERIC_KINDS = frozenset("biufc")
-
-
-def as_dtype(dtype: Any) -> np.dtype[Any]:
-    """Normalise a dtype given as NumPy dtype, name, Python type or torch dtype.
-
-    Raises:
-        TypeError: the dtype is not a supported component dtype.
-    """
-    if dtype in (str, bytes, object) or (isinstance(dtype, str) and dtype in _STRING_ALIASES):
-        return STRING
-    text = str(dtype)
-    if text.startswith("torch."):  # torch dtypes without importing torch
-        text = text[len("torch.") :]
-        if text in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-            raise TypeError(f"dtype torch.{text} has no NumPy equivalent; convert to float32 first")
-        dtype = text
-    try:
-        result = np.dtype(dtype)
-    except TypeError as exc:
-        raise TypeError(f"unsupported queue dtype {dtype!r}") from exc
-    if result.kind in "OSU":
-        return STRING
-    if result.kind not in _NUMERIC_KINDS:
-        raise TypeError(f"unsupported queue dtype {result} (numeric, bool or string only)")
-    return result  # type: ignore[no-any-return]
-
-
-def _is_torch_tensor(value: Any) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "numpy")
-
-
-def as_torch_free_array(value: Any, where: str) -> Any:
-    """Return a NumPy view of a CPU torch tensor (no copy); other values as is.
-
-    Raises:
-        TypeError: the tensor lives on an accelerator.
-    """
-    if _is_torch_tensor(value):
-        if value.device.type != "cpu":
-            raise TypeError(
-                f"{where}: a torch tensor on {value.device} cannot be enqueued; "
-                "queues hold host memory (use .cpu())"
-            )
-        return value.detach().numpy()
-    return value
-
+__all__ = [
+    "STRING",
+    "Component",
+    "as_dtype",
+    "as_torch_free_array",
+    "flatten_values",
+    "normalize_dtypes",
+    "normalize_names",
+    "normalize_shapes",
+    "pack_values",
+]
 
 def _shape_str(shape: Sequence[int | None]) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
@@ -124,7 +90,7 @@ class Component:
             arr = np.asarray(value)
             if arr.dtype == dtype:
                 return arr
-            if arr.dtype.kind in _NUMERIC_KINDS and np.can_cast(arr.dtype, dtype, "safe"):
+            if arr.dtype.kind in NUMERIC_KINDS and np.can_cast(arr.dtype, dtype, "safe"):
                 return arr.astype(dtype)
             if arr.dtype.kind in "iu" and dtype.kind in "iu":
                 # Narrowing integers is lossless when every value fits.
@@ -302,13 +268,12 @@ def normalize_shapes(
     Without ``partial`` every shape must be fully defined; with it (the
     PaddingFIFOQueue case) a list of shapes of known rank is required.
     """
-    if partial:
-        if (
-            not isinstance(shapes, (list, tuple))
-            or not shapes
-            or any(_is_dim(s) for s in shapes)
-        ):
-            raise ValueError("When providing partial shapes, a list of shapes must be provided.")
+    if partial and (
+        not isinstance(shapes, (list, tuple))
+        or not shapes
+        or any(_is_dim(s) for s in shapes)
+    ):
+        raise ValueError("When providing partial shapes, a list of shapes must be provided.")
     if shapes is None:
         return [None] * count
     if not isinstance(shapes, (list, tuple)):
@@ -346,38 +311,3 @@ def normalize_names(names: Any, count: int) -> list[str] | None:
     if len(set(names)) != len(names):
         raise ValueError(f"names must be unique: {names}")
     return [str(n) for n in names]
-
-
-def flatten_values(
-    vals: Any, names: list[str] | None, count: int, where: str
-) -> list[Any]:
-    """Q3/Q4/Q9: turn a user element (bare value, list, dict) into a list of
-    component values. Any count mismatch is a ``ValueError`` (Q9: feedq does
-    not drop extra components as TF does)."""
-    if names is not None:
-        if not isinstance(vals, Mapping):
-            raise ValueError(f"{where} has named components {names}: must enqueue a dictionary")
-        if set(vals) != set(names):
-            raise ValueError(
-                f"{where}: Keys in dictionary to enqueue {sorted(vals)} do not match "
-                f"the names of the queue {sorted(names)}"
-            )
-        return [vals[n] for n in names]
-    if isinstance(vals, Mapping):
-        raise ValueError(f"{where} has no component names: enqueue a list, not a dictionary")
-    if isinstance(vals, (list, tuple)):
-        if len(vals) != count:
-            raise ValueError(f"{where} expects {count} components, got {len(vals)}")
-        return list(vals)
-    if count != 1:
-        raise ValueError(f"{where} expects {count} components, got 1")
-    return [vals]
-
-
-def pack_values(cols: list[Any], names: list[str] | None) -> Any:
-    """Q4: dict for named queues, a bare value for one component, else a list."""
-    if names is not None:
-        return dict(zip(names, cols))
-    if len(cols) == 1:
-        return cols[0]
-    return cols
