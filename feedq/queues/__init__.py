@@ -1,8 +1,14 @@
 """Queues: FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue, PriorityQueue,
-and the ConditionalAccumulator (spec A1–A4).
+the ConditionalAccumulator (spec A1–A4), and CancelToken.
 
 See ``docs/queue-api.md`` for the contract and ``../shared/spec`` rules
 Q1–Q43 and T1–T4 for the behaviour they follow.
+
+Modules, one idea each: ``_spec`` (element specs, value conversion),
+``_cancel`` (CancelToken, how a call waits), ``_engine`` (pending attempts,
+flush, waits, withdrawal), ``_queue`` (QueueBase: the public API),
+``_kinds`` (storage of the four kinds), ``_select`` (``from_list``),
+``_registry`` (shared resources by name), ``_accumulator``.
 """
 
 from __future__ import annotations
@@ -12,12 +18,18 @@ from ._accumulator import (
     ConditionalAccumulator,
     reset_shared_accumulators,
 )
-from ._base import QueueBase, QueueState, QueueStatistics, reset_shared_queues
+from ._cancel import CancelToken
+from ._engine import QueueState
 from ._kinds import FIFOQueue, PaddingFIFOQueue, PriorityQueue, RandomShuffleQueue
+from ._queue import QueueBase, QueueStatistics
+from ._registry import ResourceManager, reset_shared_queues
+from ._select import SelectedQueue
 from ._spec import STRING, as_dtype
 
-__all__ = [
+# Plain sorted order (tests/test_public_api.py), not isort's.
+__all__ = [  # noqa: RUF022
     "AccumulatorStatistics",
+    "CancelToken",
     "ConditionalAccumulator",
     "FIFOQueue",
     "PaddingFIFOQueue",
@@ -26,8 +38,28 @@ __all__ = [
     "QueueState",
     "QueueStatistics",
     "RandomShuffleQueue",
+    "ResourceManager",
     "STRING",
+    "SelectedQueue",
     "as_dtype",
     "reset_shared_accumulators",
     "reset_shared_queues",
 ]
+
+# Public classes report the package they are documented in.
+for _cls in (
+    AccumulatorStatistics,
+    CancelToken,
+    ConditionalAccumulator,
+    FIFOQueue,
+    PaddingFIFOQueue,
+    PriorityQueue,
+    QueueBase,
+    QueueState,
+    QueueStatistics,
+    RandomShuffleQueue,
+    ResourceManager,
+    SelectedQueue,
+):
+    _cls.__module__ = __name__
+del _cls

@@ -17,26 +17,23 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._arrays import as_torch_free_array
 from .._defaults import resolve_timeout
 from ..errors import CancelledError, DeadlineExceededError, InvalidArgumentError
-from ._spec import as_torch_free_array
+from ._cancel import CancelToken, Waiter, hold
+from ._registry import SHARED_ACCUMULATORS, SharedByName
 
 __all__ = ["AccumulatorStatistics", "ConditionalAccumulator", "reset_shared_accumulators"]
 
 _REDUCTIONS = ("MEAN", "SUM")
 
-# shared_name -> the accumulator's state (its __dict__), as for queues (Q7).
-_shared_registry: dict[str, dict[str, Any]] = {}
-_shared_lock = threading.Lock()
-
 
 def reset_shared_accumulators(shared_name: str | None = None) -> None:
     """Forget one shared accumulator (or all); open handles keep working."""
-    with _shared_lock:
-        if shared_name is None:
-            _shared_registry.clear()
-        else:
-            _shared_registry.pop(shared_name, None)
+    if shared_name is None:
+        SHARED_ACCUMULATORS.clear()
+    else:
+        SHARED_ACCUMULATORS.pop(shared_name)
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ class AccumulatorStatistics:
     waiting_takers: int
 
 
-class ConditionalAccumulator:
+class ConditionalAccumulator(metaclass=SharedByName):
     """Accumulates gradients and hands out their mean (TF1, spec A1–A4).
 
     Usage::
@@ -101,53 +98,53 @@ class ConditionalAccumulator:
         name: str | None = None,
         reduction_type: str = "MEAN",
     ) -> None:
+        # Only validates: the metaclass then calls _open(), which sets up the
+        # accumulator or returns the shared one (feedq.queues._registry).
         dt = np.dtype(dtype)
         if dt.kind != "f":
             raise TypeError(f"ConditionalAccumulator needs a floating dtype, got {dt} (A1)")
         if reduction_type not in _REDUCTIONS:
             raise ValueError(f"reduction_type must be one of {_REDUCTIONS}, got {reduction_type!r}")
         fixed = None if shape is None else _as_shape(shape)
-        if shared_name is not None:
-            with _shared_lock:
-                existing = _shared_registry.get(shared_name)
-                if existing is not None:
-                    self.__dict__ = existing
-                    self._check_reopen(shared_name, dt, fixed, reduction_type)
-                    return
-                self._setup(dt, fixed, shared_name, name, reduction_type)
-                _shared_registry[shared_name] = self.__dict__
-        else:
-            self._setup(dt, fixed, None, name, reduction_type)
+        self._request = (dt, fixed, shared_name, name, reduction_type)
 
-    def _setup(
-        self,
-        dtype: np.dtype[Any],
-        shape: tuple[int, ...] | None,
-        shared_name: str | None,
-        name: str | None,
-        reduction_type: str,
-    ) -> None:
+    def _open(self) -> ConditionalAccumulator:
+        dt, fixed, shared_name, _, reduction_type = self._request
+        if shared_name is None:
+            return self._create()
+        key = shared_name
+        return SHARED_ACCUMULATORS.get_or_create(
+            "accumulator", key, self._create,
+            lambda existing: existing._check_reopen(key, dt, fixed, reduction_type),
+        )
+
+    def _create(self) -> ConditionalAccumulator:
+        dtype, shape, shared_name, name, reduction_type = self._request
+        del self._request
         if name is None:
             n = next(ConditionalAccumulator._name_counter)
             name = "conditional_accumulator" if n == 0 else f"conditional_accumulator_{n}"
         self._name = name
         self._shared_name = shared_name
-        self._dtype = dtype
+        self._dtype: np.dtype[Any] = dtype
         self._declared_shape = shape
         self._reduction = reduction_type
-        self._mutex = threading.Lock()
-        # Notified (notify_all) by apply_grad when a gradient is added, and by
-        # cancel(); take_grad waits on it.
-        self._grad_added = threading.Condition(self._mutex)
+        # Re-entrant only so that an undo path after an asynchronous exception
+        # can tell whether it holds the lock (_cancel.hold).
+        self._mutex = threading.RLock()
         self._shape = shape  # guarded by self._mutex: fixed by the first gradient (A2)
         self._sum: np.ndarray[Any, Any] | None = None  # guarded by self._mutex
         self._count = 0  # guarded by self._mutex
         self._global_step = 0  # guarded by self._mutex
         self._applied = 0  # guarded by self._mutex
         self._dropped = 0  # guarded by self._mutex
+        # take_grad calls asleep now, with the count each needs: apply_grad
+        # wakes those it satisfies, cancel() all, a token its own.
+        self._takers: dict[Waiter, int] = {}  # guarded by self._mutex
         self._waiting = 0  # guarded by self._mutex
         self._cancel_cause: BaseException | None = None  # guarded by self._mutex
         self._cancelled = False  # guarded by self._mutex
+        return self
 
     def _check_reopen(
         self, shared_name: str, dtype: np.dtype[Any], shape: tuple[int, ...] | None, reduction: str
@@ -241,10 +238,14 @@ class ConditionalAccumulator:
                 self._sum += value
             self._count += 1
             self._applied += 1
-            self._grad_added.notify_all()
+            for waiter, need in self._takers.items():
+                if need <= self._count:
+                    waiter.wake()
             return True
 
-    def take_grad(self, num_required: int, timeout: float | None = None) -> np.ndarray[Any, Any]:
+    def take_grad(
+        self, num_required: int, timeout: float | None = None, *, cancel: CancelToken | None = None
+    ) -> np.ndarray[Any, Any]:
         """Wait for ``num_required`` gradients, return their mean or sum (A3).
 
         All gradients accumulated so far are reduced (possibly more than
@@ -256,51 +257,71 @@ class ConditionalAccumulator:
             timeout: seconds to wait; ``None`` uses the process default
                 (:func:`feedq.set_default_timeout`, itself ``None`` =
                 forever), ``0`` does not wait, ``math.inf`` waits forever.
+            cancel: a :class:`~feedq.queues.CancelToken`; firing it ends this
+                call, which raises the token's cause (else ``CancelledError``)
+                and leaves the accumulator untouched.
 
         Raises:
             InvalidArgumentError: ``num_required < 1`` (A3).
             DeadlineExceededError: timed out; the state is untouched (A3).
-            CancelledError: the accumulator was cancelled.
+            CancelledError: the accumulator or the call was cancelled.
         """
-        return self._take_grad(num_required, timeout, None)
+        return self._take_grad(num_required, timeout, cancel)
 
-    def _take_grad(
-        self, num_required: int, timeout: float | None, abort: threading.Event | None
-    ) -> np.ndarray[Any, Any]:
-        """take_grad that also gives up when ``abort`` is set (for remote hosts:
-        a caller that went away must not advance the step)."""
+    def _take_grad(self, num_required: int, timeout: float | None, abort: Any = None) -> np.ndarray[Any, Any]:
+        """take_grad; ``abort`` is a CancelToken, or the abort event of a
+        ``feedq.distributed`` host call (a caller that went away must not
+        advance the step) until that code passes CancelTokens."""
         n = int(num_required)
         if n < 1:
             raise InvalidArgumentError(f"Argument num_required must be positive, but was {n}")
-        wait = resolve_timeout(timeout)
+        token, detach = _as_token(abort)
+        try:
+            return self._take(n, resolve_timeout(timeout), token)
+        finally:
+            detach()
+
+    def _take(self, n: int, wait: float | None, token: CancelToken | None) -> np.ndarray[Any, Any]:
+        if token is not None and token.fired:
+            raise token.error()
         deadline = None if wait is None else time.monotonic() + wait
-        with self._mutex:
-            self._waiting += 1
-            try:
-                while self._count < n:
-                    if self._cancelled:
-                        raise self._cancelled_error("take_grad")
-                    if abort is not None and abort.is_set():
-                        raise CancelledError(f"accumulator '{self._name}': take_grad was abandoned")
-                    if deadline is None:
-                        self._grad_added.wait(None if abort is None else 0.25)
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise DeadlineExceededError(
-                            f"Timed out waiting for notification: accumulator '{self._name}' "
-                            f"take_grad({n}) after {wait:g} s (accumulated {self._count})"
-                        )
-                    self._grad_added.wait(remaining if abort is None else min(remaining, 0.25))
-            finally:
-                self._waiting -= 1
-            assert self._sum is not None  # count >= 1 implies a sum
-            result = self._sum / self._count if self._reduction == "MEAN" else self._sum
-            result = np.asarray(result, dtype=self._dtype)
-            self._sum = None
-            self._count = 0
-            self._global_step += 1
-            return result
+        waiter = Waiter()
+        unsubscribe = None if token is None else token.on_fire(waiter.wake)
+        try:
+            with self._mutex:
+                self._waiting += 1
+                try:
+                    while self._count < n:
+                        waiter.arm()  # before the checks: a wake from now on is not lost
+                        if self._cancelled:
+                            raise self._cancelled_error("take_grad")
+                        if token is not None and token.fired:
+                            raise token.error()
+                        remaining = None
+                        if deadline is not None:
+                            remaining = deadline - time.monotonic()
+                            if remaining <= 0:
+                                raise DeadlineExceededError(
+                                    f"Timed out waiting for notification: accumulator '{self._name}' "
+                                    f"take_grad({n}) after {wait:g} s (accumulated {self._count})"
+                                )
+                        self._takers[waiter] = n
+                        waiter.sleep(self._mutex, remaining)
+                finally:
+                    # Also after Ctrl-C in the sleep: nothing was taken (A3).
+                    hold(self._mutex)
+                    self._takers.pop(waiter, None)
+                    self._waiting -= 1
+                assert self._sum is not None  # count >= 1 implies a sum
+                result = self._sum / self._count if self._reduction == "MEAN" else self._sum
+                result = np.asarray(result, dtype=self._dtype)
+                self._sum = None
+                self._count = 0
+                self._global_step += 1
+                return result
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
 
     def set_global_step(self, new_global_step: int) -> None:
         """Set the global step, also to a lower value (A4)."""
@@ -321,7 +342,8 @@ class ConditionalAccumulator:
             if not self._cancelled:
                 self._cancelled = True
                 self._cancel_cause = cause
-            self._grad_added.notify_all()
+            for waiter in self._takers:
+                waiter.wake()
 
     def _cancelled_error(self, op: str) -> CancelledError:
         err = CancelledError(f"accumulator '{self._name}': {op} was cancelled")
@@ -345,6 +367,45 @@ class ConditionalAccumulator:
             f"ConditionalAccumulator(name={self._name!r}, dtype={self._dtype}, "
             f"shape={_shape_text(self._shape)}, reduction_type={self._reduction!r})"
         )
+
+
+class _LegacyAbort:
+    """Lets a ``feedq.distributed`` abort event fire a CancelToken.
+
+    That event is set, then notifies each object in its ``_waits_on`` list
+    (``with obj._mutex: obj._producer_done.notify_all()``); registered there,
+    this object turns the notification into ``token.fire(abort.error())``, so
+    the accumulator needs no polling. Remove once feedq.distributed passes
+    CancelTokens.
+    """
+
+    def __init__(self, abort: Any, token: CancelToken) -> None:
+        self._abort = abort
+        self._token = token
+        self._mutex = threading.Lock()
+        self._producer_done = self._consumer_done = self
+
+    def notify_all(self) -> None:
+        self._token.fire(self._abort.error())
+
+
+def _as_token(abort: Any) -> tuple[CancelToken | None, Any]:
+    """A CancelToken for ``abort`` and a function that detaches it."""
+    if abort is None or isinstance(abort, CancelToken):
+        return abort, _nothing
+    waits_on = getattr(abort, "_waits_on", None)
+    if waits_on is None:
+        raise TypeError(f"abort must be a CancelToken, got {abort!r}")
+    token = CancelToken()
+    bridge = _LegacyAbort(abort, token)
+    waits_on.append(bridge)  # before the check: a fire from now on reaches the bridge
+    if abort.is_set():
+        token.fire(abort.error())
+    return token, lambda: waits_on.remove(bridge)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _as_shape(shape: Any) -> tuple[int, ...]:

@@ -1,5 +1,5 @@
 """The four queue kinds. Each differs from the others only in its storage
-hooks (see :mod:`feedq.queues._base`)."""
+hooks (see :mod:`feedq.queues._engine`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ._base import QueueBase, QueueState
+from ._engine import QueueState
+from ._queue import QueueBase
 from ._spec import STRING, Component, normalize_dtypes, normalize_shapes
 
 __all__ = ["FIFOQueue", "PaddingFIFOQueue", "PriorityQueue", "RandomShuffleQueue"]

@@ -1,0 +1,527 @@
+"""The queue engine: pending attempts, flush, waits and withdrawal.
+
+How a call proceeds. Every enqueue or dequeue that cannot finish at once
+becomes an *attempt* appended to one of two lines (producers, consumers).
+Under the queue's one lock, ``_flush`` serves the head of each line as far as
+the storage allows, on behalf of whichever thread holds the lock, and repeats
+until nothing moves. This gives TF1's semantics directly:
+
+* strict arrival order per line (Q14): only the head attempt progresses;
+* ``enqueue_many`` is contiguous but not atomic (Q15/Q16): it inserts as
+  space frees;
+* ``dequeue_many`` collects incrementally (Q18), so ``n > capacity`` works
+  (Q19), and what it holds is not counted by ``size()`` (Q12).
+
+A caller whose attempt is not finished sleeps on its own wake-up
+(``_cancel.Waiter``) until the flush finishes the attempt, its deadline
+passes, its :class:`~feedq.queues.CancelToken` fires, or an asynchronous
+exception (Ctrl-C) interrupts it. Every way of giving up goes through one
+path, :meth:`QueueEngine._withdraw`: the attempt leaves its line; a dequeue
+puts the elements it collected back at the front in their original order
+(Q27, T3); an enqueue keeps the rows it inserted (Q15) and reports how many
+in the error's ``num_enqueued``. ``close``/``cancel`` fail attempts through
+the same path.
+
+Storage is the only thing queue kinds change: ``_put``, ``_take``,
+``_putback``, ``_available`` and ``_grow`` run with the lock held and see
+columns (one NumPy buffer per component: ``(alloc,) + shape`` for dense
+components, an object array of per-element arrays for ragged ones).
+
+Close is a state machine (OPEN → CLOSING → CLOSED): CLOSING while enqueues
+that were pending at ``close()`` may still finish, CLOSED once none is.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections import deque
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._defaults import resolve_timeout
+from ..errors import CancelledError, DeadlineExceededError, OutOfRangeError
+from ._cancel import CancelToken, Waiter, hold
+from ._spec import STRING, Component
+
+__all__ = ["QueueEngine", "QueueState"]
+
+_INITIAL_ALLOC = 64
+
+
+class QueueState(enum.Enum):
+    """Life cycle of a queue."""
+
+    OPEN = "open"
+    #: close() was called; enqueues that were pending then may still finish.
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class _Attempt(Waiter):
+    """A call waiting in a line. ``finished`` and ``error`` are guarded by
+    the queue's lock; ``queued`` says whether it is still in its line."""
+
+    __slots__ = ("cancel", "error", "finished", "queued")
+
+    def __init__(self, cancel: CancelToken | None) -> None:
+        super().__init__()
+        self.cancel = cancel
+        self.finished = False
+        self.queued = False
+        self.error: BaseException | None = None
+
+
+class _Enqueue(_Attempt):
+    """A pending enqueue: rows ``[done, n)`` of ``cols`` are still to insert."""
+
+    __slots__ = ("cols", "done", "n")
+
+    def __init__(self, cols: list[np.ndarray[Any, Any]], n: int, cancel: CancelToken | None = None) -> None:
+        super().__init__(cancel)
+        self.cols = cols
+        self.n = n
+        self.done = 0
+
+
+class _Dequeue(_Attempt):
+    """A pending dequeue of ``n`` elements (``up_to``: fewer once closed).
+
+    Collected elements are either kept as chunks (lists of columns) or,
+    with ``outs``, written straight into the caller's buffers.
+    """
+
+    __slots__ = ("chunks", "count", "n", "op", "outs", "some", "up_to")
+
+    def __init__(
+        self,
+        n: int,
+        up_to: bool,
+        op: str,
+        outs: list[np.ndarray[Any, Any]] | None,
+        some: bool = False,
+        cancel: CancelToken | None = None,
+    ) -> None:
+        super().__init__(cancel)
+        self.n = n
+        self.up_to = up_to
+        # dequeue_available: finish as soon as at least one element is held.
+        self.some = some
+        self.op = op
+        self.outs = outs
+        self.chunks: list[list[np.ndarray[Any, Any]]] = []
+        self.count = 0
+
+
+def set_num_enqueued(exc: BaseException, count: int) -> None:
+    """Record on an enqueue's error how many rows it inserted before it."""
+    try:
+        exc.num_enqueued = count  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - an exception type without a __dict__
+        pass
+
+
+class QueueEngine:
+    """The lock-held state and machinery of a queue; :class:`QueueBase`
+    adds the public API and the queue kinds add storage."""
+
+    _kind: ClassVar[str] = "Queue"
+    #: PriorityQueue: a dequeue_many takes all n at once or nothing (Q42).
+    _all_or_nothing: ClassVar[bool] = False
+
+    _name: str
+    _capacity: int
+    _components: list[Component]
+    _cols: list[np.ndarray[Any, Any]]
+    #: How _read_row copies each component out (set by QueueBase).
+    _row_kinds: list[int]
+
+    def _init_engine(self) -> None:
+        # Re-entrant only so that an undo path interrupted by an asynchronous
+        # exception can tell whether it holds the lock (_cancel.hold).
+        self._mutex = threading.RLock()
+        # Notified (notify_all) when a producer / consumer attempt finishes or
+        # the state changes. Only for code that waits on the conditions itself
+        # (feedq.distributed until it passes CancelTokens); the engine's own
+        # waits use per-attempt wake-ups.
+        self._producer_done = threading.Condition(self._mutex)
+        self._consumer_done = threading.Condition(self._mutex)
+        self._producers: deque[_Enqueue] = deque()  # guarded by self._mutex
+        self._consumers: deque[_Dequeue] = deque()  # guarded by self._mutex
+        self._state = QueueState.OPEN  # guarded by self._mutex
+        self._cancel_cause: BaseException | None = None  # guarded by self._mutex
+        self._cancelled = False  # guarded by self._mutex
+        self._size = 0  # guarded by self._mutex
+        self._peak = 0  # guarded by self._mutex
+        self._enqueued = 0  # guarded by self._mutex
+        self._dequeued = 0  # guarded by self._mutex
+        self._alloc = 0  # guarded by self._mutex
+        self._cols = []  # guarded by self._mutex
+
+    # -- blocking calls ------------------------------------------------------------
+
+    def _run_enqueue(self, att: _Enqueue, timeout: float | None, op: str) -> None:
+        """Queue ``att`` and wait until it finished or gave up; raise its error."""
+        wait = resolve_timeout(timeout)
+        with self._mutex:
+            if self._state is not QueueState.OPEN:
+                raise self._closed_enqueue_error()
+            try:
+                self._producers.append(att)
+                att.queued = True
+                self._flush()
+                if not att.finished:
+                    self._await(att, wait, op)
+            except BaseException as exc:
+                # An asynchronous exception (Ctrl-C) while waiting: withdraw.
+                hold(self._mutex)
+                if not att.finished:
+                    self._withdraw(att)
+                    att.finished = True
+                    self._flush()
+                set_num_enqueued(exc, att.done)
+                raise
+        if att.error is not None:
+            raise att.error
+
+    def _run_dequeue(self, att: _Dequeue, timeout: float | None) -> None:
+        """Queue ``att`` and wait until it finished or gave up; raise its error."""
+        wait = resolve_timeout(timeout)
+        with self._mutex:
+            try:
+                self._consumers.append(att)
+                att.queued = True
+                self._flush()
+                if not att.finished:
+                    self._await(att, wait, att.op)
+            except BaseException:
+                # An asynchronous exception (Ctrl-C) while waiting, also one
+                # that arrives just after the attempt finished: the caller
+                # never gets the elements, so they go back.
+                hold(self._mutex)
+                self._withdraw(att)
+                att.finished = True
+                self._flush()
+                raise
+        if att.error is not None:
+            raise att.error
+
+    def _await(self, att: _Enqueue | _Dequeue, wait: float | None, op: str) -> None:
+        """Sleep until ``att`` finishes; give up on its deadline or token (lock held)."""
+        token = att.cancel
+        unsubscribe = None if token is None else token.on_fire(att.wake)
+        try:
+            deadline = None if wait is None else time.monotonic() + wait
+            remaining: float | None = None
+            while not att.finished:
+                att.arm()  # before the checks: a wake from now on is not lost
+                if token is not None and token.fired:
+                    self._give_up(att, token.error())
+                    return
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        if isinstance(att, _Enqueue):
+                            self._expire_enqueue(att, op, wait)
+                        else:
+                            self._expire_dequeue(att, wait)
+                        return
+                att.sleep(self._mutex, remaining)
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+
+    def _withdraw(self, att: _Enqueue | _Dequeue) -> None:
+        """Undo an attempt that will not complete (lock held).
+
+        The one undo path for timeouts, fired tokens, ``close``/``cancel`` and
+        asynchronous exceptions: the attempt leaves its line; a dequeue puts
+        what it collected back at the front in order (Q27, T3); an enqueue
+        keeps the rows it inserted (Q15), counted in ``att.done``.
+        """
+        if att.queued or not att.finished:
+            # (An unfinished attempt is in line also when a subclass's own
+            # wait loop queued it without marking it.)
+            line: deque[Any] = self._consumers if isinstance(att, _Dequeue) else self._producers
+            try:
+                line.remove(att)  # from the left: the head is found at once
+            except ValueError:
+                pass
+            att.queued = False
+        if isinstance(att, _Dequeue):
+            self._give_back(att)
+
+    def _give_up(self, att: _Enqueue | _Dequeue, error: BaseException) -> None:
+        """Withdraw ``att`` and let its caller raise ``error`` (lock held)."""
+        self._withdraw(att)
+        if isinstance(att, _Enqueue):
+            set_num_enqueued(error, att.done)
+        att.error = error
+        att.finished = True
+        self._flush()
+
+    def _expire_enqueue(self, att: _Enqueue, op: str, wait: float | None) -> None:
+        """``att`` timed out (lock held); T2: rows already in stay (Q15)."""
+        detail = f"; {att.done} of {att.n} elements were enqueued before it" if att.done else ""
+        # The size in the message is the one before the line moves on.
+        err = DeadlineExceededError(
+            f"Timed out waiting for notification: {self._kind} '{self._name}' {op} "
+            f"after {wait:g} s (queue full, size {self._size}){detail}"
+        )
+        self._give_up(att, err)
+
+    def _expire_dequeue(self, att: _Dequeue, wait: float | None) -> None:
+        """``att`` timed out (lock held); T3: what it held goes back, in order."""
+        held = att.count
+        self._withdraw(att)
+        detail = f"; the {held} collected were put back" if held else ""
+        self._give_up(att, DeadlineExceededError(
+            f"Timed out waiting for notification: {self._kind} '{self._name}' {att.op} "
+            f"after {wait:g} s (requested {att.n}, current size {self._size}){detail}"
+        ))
+
+    def _closed_enqueue_error(self) -> CancelledError:
+        if self._cancelled:
+            err = CancelledError(f"{self._kind} '{self._name}' was cancelled.")
+            err.__cause__ = self._cancel_cause
+        else:
+            err = CancelledError(f"{self._kind} '{self._name}' is closed.")
+        set_num_enqueued(err, 0)
+        return err
+
+    # -- giving elements back ---------------------------------------------------------
+
+    def _give_back(self, att: _Dequeue) -> None:
+        """Put an attempt's elements back at the front, in order (Q27, T3)."""
+        if att.count == 0:
+            return
+        if att.outs is not None:
+            chunks = [[buf[: att.count].copy() for buf in att.outs]]
+        else:
+            chunks = att.chunks
+        self._restore(chunks)
+        att.chunks = []
+        att.count = 0
+
+    def _restore(self, chunks: list[list[np.ndarray[Any, Any]]]) -> None:
+        """Store taken rows back at the front, in order, as if never dequeued
+        (lock held; may exceed the capacity)."""
+        for chunk in reversed(chunks):
+            k = int(chunk[0].shape[0])
+            if k == 0:
+                continue
+            self._ensure_alloc(self._size + k)
+            self._putback(chunk)
+            self._size += k
+            self._dequeued -= k
+        self._peak = max(self._peak, self._size)
+
+    # -- the flush (lock held) ---------------------------------------------------------
+
+    def _free(self) -> int:
+        if self._capacity < 0:
+            return 1 << 62
+        return self._capacity - self._size
+
+    def _ended(self) -> bool:
+        """No element can arrive any more: closed and no enqueue pending."""
+        return self._state is QueueState.CLOSED
+
+    def _finish_producer(self, att: _Enqueue) -> None:
+        att.finished = True
+        att.wake()
+        self._producer_done.notify_all()
+
+    def _finish_consumer(self, att: _Dequeue) -> None:
+        att.finished = True
+        att.wake()
+        self._consumer_done.notify_all()
+
+    def _flush(self) -> None:
+        """Serve the heads of both lines until nothing moves (lock held)."""
+        producers, consumers = self._producers, self._consumers
+        progress = True
+        while progress:
+            progress = False
+            if self._state is QueueState.CLOSING and not producers:
+                self._state = QueueState.CLOSED
+                progress = True
+            # Producers, oldest first (Q14).
+            while producers:
+                att = producers[0]
+                k = min(self._free(), att.n - att.done)
+                if k <= 0:
+                    break
+                self._ensure_alloc(self._size + k)
+                self._put(att.cols, att.done, k)
+                att.done += k
+                self._size += k
+                self._enqueued += k
+                self._peak = max(self._peak, self._size)
+                progress = True
+                if att.done < att.n:
+                    break
+                producers.popleft()
+                att.queued = False
+                att.cols = []
+                self._finish_producer(att)
+            # Consumers, oldest first (Q14).
+            while consumers:
+                datt = consumers[0]
+                need = datt.n - datt.count
+                avail = self._available()
+                if avail >= need:
+                    self._collect(datt, need)
+                elif datt.some and avail > 0:
+                    self._collect(datt, avail)
+                elif self._ended():
+                    if datt.up_to and datt.count + avail > 0:
+                        if avail:
+                            self._collect(datt, avail)
+                    else:
+                        self._fail_dequeue(datt)  # takes it out of line
+                        progress = True
+                        continue
+                elif (
+                    self._all_or_nothing and datt.up_to and avail > 0
+                    and self._state is QueueState.CLOSING and self._free() <= 0
+                ):
+                    # Closed, and the enqueues still pending wait for room
+                    # that only this call can free but an all-or-nothing
+                    # queue never frees partially: return what is there
+                    # (Q28, Q43) instead of waiting forever.
+                    self._collect(datt, avail)
+                else:
+                    if avail > 0 and not self._all_or_nothing:
+                        self._collect(datt, avail)
+                        progress = True
+                    break
+                consumers.popleft()
+                datt.queued = False
+                self._finish_consumer(datt)
+                progress = True
+            if producers and self._free() > 0:
+                progress = True
+
+    def _collect(self, att: _Dequeue, k: int) -> None:
+        if att.outs is not None:
+            self._take(k, att.outs, att.count)
+        else:
+            att.chunks.append(self._take(k, None, 0))
+        att.count += k
+        self._size -= k
+        self._dequeued += k
+
+    def _fail_dequeue(self, att: _Dequeue) -> None:
+        """The queue ended with ``att`` unsatisfied (lock held)."""
+        self._withdraw(att)
+        if self._cancelled:
+            err: BaseException = CancelledError(
+                f"{self._kind} '{self._name}': Dequeue operation was cancelled"
+            )
+            err.__cause__ = self._cancel_cause
+        else:
+            err = OutOfRangeError(
+                f"{self._kind} '{self._name}' is closed and has insufficient elements "
+                f"(requested {att.n}, current size {self._size})"
+            )
+        att.error = err
+        self._finish_consumer(att)
+
+    def _cancel_producers(self, message: str) -> None:
+        """Fail every pending enqueue; rows they inserted stay (Q24)."""
+        while self._producers:
+            att = self._producers[0]
+            self._withdraw(att)
+            err = CancelledError(f"{self._kind} '{self._name}': {message}")
+            if self._cancelled:
+                err.__cause__ = self._cancel_cause
+            set_num_enqueued(err, att.done)
+            att.error = err
+            self._finish_producer(att)
+
+    # -- storage ------------------------------------------------------------------------
+
+    def _ensure_alloc(self, needed: int) -> None:
+        if needed <= self._alloc:
+            return
+        target = max(needed, 2 * self._alloc)
+        if self._capacity >= 0:
+            # Never beyond capacity unless a put-back needs it.
+            target = max(needed, min(target, self._capacity))
+        self._grow(target)
+
+    def _initial_alloc(self) -> int:
+        if self._capacity >= 0:
+            return min(self._capacity, _INITIAL_ALLOC)
+        return _INITIAL_ALLOC
+
+    def _new_column(self, comp: Component, alloc: int) -> np.ndarray[Any, Any]:
+        if comp.dense:
+            assert comp.shape is not None
+            return np.empty((alloc, *comp.shape), dtype=comp.dtype)
+        return np.empty(alloc, dtype=object)
+
+    def _row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
+        """One element's converted component values as one-row columns."""
+        cols = []
+        for comp, value in zip(self._components, row):
+            if comp.dense and not (comp.dtype is STRING and comp.shape == ()):
+                col = np.asarray(value, dtype=comp.dtype)[np.newaxis]
+            else:
+                col = np.empty(1, dtype=object)
+                col[0] = value
+            cols.append(col)
+        return cols
+
+    # -- storage hooks (lock held) -------------------------------------------------------
+
+    def _init_storage(self) -> None:
+        """Set up kind-specific bookkeeping before the first ``_grow``."""
+
+    def _grow(self, alloc: int) -> None:
+        """Reallocate columns to ``alloc`` rows, keeping stored elements."""
+        raise NotImplementedError
+
+    def _available(self) -> int:
+        """Elements a dequeue may take now."""
+        raise NotImplementedError
+
+    def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        """Store rows ``[start, start + k)`` of ``cols`` (room is guaranteed)."""
+        raise NotImplementedError
+
+    def _put_one(self, row: list[Any]) -> None:
+        """Store one element given as converted component values."""
+        self._put(self._row_to_cols(row), 0, 1)
+
+    def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
+        """Remove ``k`` elements; write them to ``outs[i][offset:offset+k]``
+        or return them as new columns."""
+        raise NotImplementedError
+
+    def _read_row(self, pos: int) -> list[Any]:
+        """Copy row ``pos`` out of every column, clearing object references."""
+        row = []
+        for buf, kind in zip(self._cols, self._row_kinds):
+            v = buf[pos]
+            if kind == 1:
+                v = v.copy()
+            elif kind == 2:
+                buf[pos] = None
+            elif kind == 3:
+                v = v.copy()
+                buf[pos] = None
+            row.append(v)
+        return row
+
+    def _take_one(self) -> list[Any]:
+        """Remove one element and return its component values."""
+        chunk = self._take(1, None, 0)
+        return [c[0] for c in chunk]
+
+    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
+        """Return previously taken elements to the front (room is guaranteed)."""
+        raise NotImplementedError

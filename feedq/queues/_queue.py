@@ -1,0 +1,727 @@
+"""QueueBase: the public queue API (construction, calls, close, statistics).
+
+The calls convert and validate their arguments, try a fast path under the
+lock (nobody ahead in line and the call can finish now), and otherwise hand
+an attempt to the engine (:mod:`feedq.queues._engine`), which queues it and
+waits. Close never blocks: ``close()`` rejects new enqueues at once and lets
+enqueues that were already pending finish (TF1 made close() itself wait for
+them, Q23); once none is pending, dequeues that cannot be satisfied fail with
+``OutOfRangeError``. ``cancel(cause)`` closes and fails every pending and
+future call that would have to wait with ``CancelledError`` (chained from
+``cause``). A :class:`CancelToken` cancels single calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from .._arrays import as_torch_free_array, flatten_values, pack_values
+from ..errors import InvalidArgumentError, OutOfRangeError
+from ._cancel import CancelToken
+from ._engine import QueueEngine, QueueState, _Dequeue, _Enqueue, set_num_enqueued
+from ._registry import SHARED_QUEUES, SharedByName
+from ._spec import STRING, Component, normalize_dtypes, normalize_names, normalize_shapes
+
+if TYPE_CHECKING:
+    from ._select import SelectedQueue
+
+__all__ = ["QueueBase", "QueueStatistics", "as_count"]
+
+
+@dataclass(frozen=True)
+class QueueStatistics:
+    """A consistent snapshot of a queue, taken under its lock.
+
+    Attributes:
+        name: the queue's name.
+        size: elements stored now (held by pending dequeues not counted, Q12).
+        capacity: the bound, or -1 when unbounded.
+        closed: ``is_closed()``.
+        state: OPEN, CLOSING or CLOSED.
+        cancelled: whether ``cancel()`` was called.
+        waiting_producers: enqueue calls blocked now.
+        waiting_consumers: dequeue calls blocked now.
+        peak_size: the largest ``size`` seen.
+        enqueued: elements inserted since creation.
+        dequeued: elements handed out since creation (minus those put back).
+    """
+
+    name: str
+    size: int
+    capacity: int
+    closed: bool
+    state: QueueState
+    cancelled: bool
+    waiting_producers: int
+    waiting_consumers: int
+    peak_size: int
+    enqueued: int
+    dequeued: int
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a constructor call asked for, validated (Q7 compares these)."""
+
+    capacity: int
+    components: list[Component]
+    names: list[str] | None
+    shared_name: str | None
+    name: str | None
+    storage_args: dict[str, Any]
+
+
+class QueueBase(QueueEngine, metaclass=SharedByName):
+    """Base class of the four queue kinds (see :mod:`feedq.queues`).
+
+    Subclasses implement the storage hooks. All public methods are thread
+    safe. ``timeout`` is worded the same everywhere: seconds to wait; ``None``
+    uses the process default (:func:`feedq.set_default_timeout`, itself
+    ``None`` = forever), ``0`` does not wait, ``math.inf`` waits forever.
+    ``cancel`` is a :class:`CancelToken`: firing it ends that one call, which
+    undoes its partial work and raises the token's cause (else
+    ``CancelledError``); a token already fired makes the call raise at once.
+
+    Constructing a queue with a ``shared_name`` already open in this process
+    returns that same queue object, after checking the request matches (Q7).
+    """
+
+    _default_name: ClassVar[str] = "queue"
+    #: Components with partial shapes are allowed (PaddingFIFOQueue).
+    _partial_shapes: ClassVar[bool] = False
+    _name_counters: ClassVar[dict[str, itertools.count[int]]] = {}
+
+    def __init__(
+        self,
+        capacity: int,
+        dtypes: Any,
+        shapes: Any = None,
+        names: Any = None,
+        shared_name: str | None = None,
+        name: str | None = None,
+        **storage_args: Any,
+    ) -> None:
+        # Only validates: the metaclass then calls _open(), which allocates
+        # the queue or returns the shared one (feedq.queues._registry).
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise TypeError(f"capacity must be an int, got {capacity!r}")
+        components = self._make_components(dtypes, shapes)
+        name_list = normalize_names(names, len(components))
+        capacity = int(capacity)
+        self._validate_storage_args(capacity, components, storage_args)
+        self._request = _Request(capacity, components, name_list, shared_name, name, storage_args)
+
+    def _open(self) -> QueueBase:
+        req = self._request
+        if req.shared_name is None:
+            return self._create()
+        shared_name = req.shared_name
+        kind = type(self)._kind
+
+        def check(existing: QueueBase) -> None:
+            existing._check_reopen(
+                shared_name, req.capacity, req.components, req.names, req.storage_args, kind
+            )
+
+        return SHARED_QUEUES.get_or_create("queue", shared_name, self._create, check)
+
+    def _create(self) -> QueueBase:
+        req = self._request
+        del self._request
+        name = req.name
+        if name is None:
+            counter = QueueBase._name_counters.setdefault(self._default_name, itertools.count())
+            n = next(counter)
+            name = self._default_name if n == 0 else f"{self._default_name}_{n}"
+        self._name = name
+        self._shared_name = req.shared_name
+        capacity = req.capacity
+        self._capacity = capacity if capacity >= 0 else -1
+        self._components = components = req.components
+        self._names = names = req.names
+        self._storage_args = dict(req.storage_args)
+        self._init_engine()
+        # Facts for the fast paths, fixed at construction.
+        self._single = names is None and len(components) == 1
+        self._all_shaped = all(c.shape is not None for c in components)
+        self._all_dense = all(c.dense for c in components)
+        self._desc = f"{self._kind} '{name}'"
+        self._wheres = [self._where(c.index) for c in components]
+        # How _read_row copies a component out of its column: 0 numeric
+        # scalar (indexing copies), 1 numeric row (view: copy), 2 object
+        # scalar or ragged (take the reference, clear the slot), 3 object row.
+        self._obj_cols = [c.dtype is STRING or not c.dense for c in components]
+        self._single_numeric = len(components) == 1 and components[0].dense and components[0].dtype is not STRING
+        self._row_kinds = [
+            (0 if c.shape == () else 1) if c.dense and c.dtype is not STRING
+            else (3 if c.dense and c.shape != () else 2)
+            for c in components
+        ]
+        self._init_storage()
+        self._grow(self._initial_alloc())
+        return self
+
+    def _make_components(self, dtypes: Any, shapes: Any) -> list[Component]:
+        dtype_list = normalize_dtypes(dtypes)
+        shape_list = normalize_shapes(shapes, len(dtype_list), partial=self._partial_shapes)
+        return [Component(i, d, s) for i, (d, s) in enumerate(zip(dtype_list, shape_list))]
+
+    def _validate_storage_args(
+        self, capacity: int, components: list[Component], args: dict[str, Any]
+    ) -> None:
+        if args:
+            raise TypeError(f"unexpected arguments {sorted(args)}")
+
+    def _check_reopen(
+        self,
+        shared_name: str,
+        capacity: int,
+        components: list[Component],
+        names: list[str] | None,
+        storage_args: dict[str, Any],
+        kind: str | None = None,
+    ) -> None:
+        """Q7: raise InvalidArgumentError unless a re-open asks for this queue."""
+        prefix = f"Shared queue '{shared_name}'"
+        if kind is not None and kind != self._kind:
+            raise InvalidArgumentError(f"{prefix} is a {self._kind} but a {kind} was requested")
+        cap = capacity if capacity >= 0 else -1
+        if cap != self._capacity:
+            raise InvalidArgumentError(
+                f"{prefix} has capacity {self._capacity} but requested capacity was {cap}"
+            )
+        mine = [c.dtype for c in self._components]
+        theirs = [c.dtype for c in components]
+        if mine != theirs:
+            raise InvalidArgumentError(
+                f"{prefix} has component types {_dtypes_str(mine)} "
+                f"but requested component types were {_dtypes_str(theirs)}"
+            )
+        if [c.shape for c in self._components] != [c.shape for c in components]:
+            raise InvalidArgumentError(
+                f"{prefix} has component shapes {[c.shape for c in self._components]} "
+                f"but requested component shapes were {[c.shape for c in components]}"
+            )
+        if names != self._names:
+            raise InvalidArgumentError(f"{prefix} has names {self._names} but requested names were {names}")
+        for key, value in storage_args.items():
+            if key == "seed" and value is None:
+                continue  # a re-open without a seed takes the queue's (as TF's seed 0)
+            if self._storage_args.get(key) != value:
+                raise InvalidArgumentError(
+                    f"{prefix} has {key} {self._storage_args.get(key)} but requested {key} was {value}"
+                )
+
+    # -- public properties ----------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The queue's name (used in error messages)."""
+        return self._name
+
+    @property
+    def shared_name(self) -> str | None:
+        """The name under which the queue is shared, if any (Q7)."""
+        return self._shared_name
+
+    @property
+    def capacity(self) -> int:
+        """The bound on stored elements, or -1 when unbounded (Q5)."""
+        return self._capacity
+
+    @property
+    def dtypes(self) -> list[np.dtype[Any]]:
+        """One dtype per component (Q1); strings are ``STRING``."""
+        return [c.dtype for c in self._components]
+
+    @property
+    def shapes(self) -> list[tuple[int | None, ...] | None]:
+        """One shape per component; ``None`` when unknown."""
+        return [c.shape for c in self._components]
+
+    @property
+    def names(self) -> list[str] | None:
+        """Component names (Q3), or ``None``."""
+        return None if self._names is None else list(self._names)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self._name!r}, capacity={self._capacity}, "
+            f"dtypes={[str(d) if d is not STRING else 'string' for d in self.dtypes]}, "
+            f"size={self._size}, state={self._state.value})"
+        )
+
+    @staticmethod
+    def from_list(index: Any, queues: Sequence[Any]) -> SelectedQueue:
+        """A queue chosen from ``queues`` by ``index`` (TF1 ``QueueBase.from_list``).
+
+        Every call on the result goes to ``queues[index]``. ``index`` is an
+        int, or a 0-d integer NumPy array read at each call (so changing it
+        re-routes later calls, as TF1 evaluated the index tensor per run).
+        The result has the queues' dtypes and names, and per component the
+        shape they share (``None`` dims where they differ).
+
+        Raises:
+            TypeError: ``queues`` is not a non-empty list of queues, or the
+                index is not an integer.
+            ValueError: the queues differ in component count, dtypes or
+                names (TF1 raised TypeError).
+            InvalidArgumentError: the index is out of range (at the call
+                that reads it).
+        """
+        from ._select import SelectedQueue
+
+        return SelectedQueue(index, queues)
+
+    # -- enqueue ----------------------------------------------------------------
+
+    def _where(self, i: int) -> str:
+        label = self._names[i] if self._names is not None else str(i)
+        return f"{self._kind} '{self._name}' component {label}"
+
+    def enqueue(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
+        """Insert one element, waiting while the queue is full (Q13).
+
+        Args:
+            vals: the element: a bare value (one component), a list/tuple of
+                component values, or a dict for a named queue (Q3).
+            timeout: seconds to wait for room (see the class docstring).
+            cancel: a token that cancels this call (see the class docstring).
+
+        Raises:
+            ValueError: wrong number of components or keys (Q9).
+            TypeError: a value that does not convert without loss (Q8).
+            InvalidArgumentError: a shape mismatch (Q10).
+            CancelledError: the queue is closed (Q22) or the call was
+                cancelled (Q24).
+            DeadlineExceededError: timed out; nothing was inserted (T2).
+        """
+        if timeout is not None:
+            _check_timeout(timeout)
+        if cancel is not None and cancel.fired:
+            raise _enqueue_cancelled(cancel)
+        row = self._convert_row(vals)
+        with self._mutex:
+            # Fast path: nobody ahead in line and room now.
+            if (
+                self._state is QueueState.OPEN
+                and not self._producers
+                and (self._capacity < 0 or self._size < self._capacity)
+            ):
+                if self._size >= self._alloc:
+                    self._ensure_alloc(self._size + 1)
+                self._put_one(row)
+                self._size += 1
+                self._enqueued += 1
+                self._peak = max(self._peak, self._size)
+                if self._consumers:
+                    self._flush()
+                return
+        self._run_enqueue(_Enqueue(self._row_to_cols(row), 1, cancel), timeout, "enqueue")
+
+    def _convert_row(self, vals: Any) -> list[Any]:
+        comps = self._components
+        if self._single and not isinstance(vals, (list, tuple, dict)):
+            return [comps[0].convert_one(vals, self._wheres[0])]
+        values = flatten_values(vals, self._names, len(comps), self._desc)
+        wheres = self._wheres
+        return [comp.convert_one(value, wheres[comp.index]) for comp, value in zip(comps, values)]
+
+    def _convert_batch(self, vals: Any, rows: bool = False) -> list[np.ndarray[Any, Any]]:
+        """A batch as columns; with ``rows``, a ragged component may also be
+        given as a sequence of per-element values (see :meth:`put_back`)."""
+        comps = self._components
+        if self._single and not isinstance(vals, (list, tuple, dict)):
+            values = [vals]
+        else:
+            values = flatten_values(vals, self._names, len(comps), self._desc)
+        wheres = self._wheres
+        cols = []
+        for comp, value in zip(comps, values):
+            if rows and not comp.dense and (
+                isinstance(value, (list, tuple))
+                or (isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1)
+            ):
+                col = np.empty(len(value), dtype=object)
+                for i, v in enumerate(value):
+                    col[i] = comp.convert_one(v, wheres[comp.index])
+            else:
+                col = comp.convert_many(value, wheres[comp.index])
+            cols.append(col)
+        n = cols[0].shape[0]
+        for i, col in enumerate(cols):
+            if col.shape[0] != n:
+                raise InvalidArgumentError(
+                    f"{self._kind} '{self._name}': All input tensors must have the same size in "
+                    f"the 0th dimension. Component 0 has {n}, component {i} has {col.shape[0]}"
+                )
+        return cols
+
+    def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
+        """Insert the rows of a batch as elements, in order.
+
+        Each component has a leading batch dimension; row ``i`` of every
+        component forms element ``i``. The rows are inserted contiguously
+        (no other producer's elements in between, Q16) but not atomically:
+        when they do not fit they go in as room frees, and inserted rows can
+        be dequeued before the call returns (Q15). A batch of 0 rows returns
+        at once, even on a closed queue (Q17).
+
+        Raises:
+            as :meth:`enqueue`; ``InvalidArgumentError`` also when a component
+            is a scalar or the leading sizes differ (Q10). Whatever ends the
+            call early (closed queue, timeout, cancellation, a fired token,
+            Ctrl-C), the exception's ``num_enqueued`` attribute says how many
+            leading rows were inserted before it; the rest never will be.
+        """
+        if timeout is not None:
+            _check_timeout(timeout)
+        if cancel is not None and cancel.fired:
+            raise _enqueue_cancelled(cancel)
+        cols = self._convert_batch(vals)
+        n = cols[0].shape[0]
+        if n == 0:
+            return
+        with self._mutex:
+            # Fast path: nobody ahead in line and room for the whole batch.
+            if self._state is QueueState.OPEN and not self._producers and self._free() >= n:
+                if self._size + n > self._alloc:
+                    self._ensure_alloc(self._size + n)
+                self._put(cols, 0, n)
+                self._size += n
+                self._enqueued += n
+                self._peak = max(self._peak, self._size)
+                if self._consumers:
+                    self._flush()
+                return
+        self._run_enqueue(_Enqueue(cols, n, cancel), timeout, "enqueue_many")
+
+    def put_back(self, vals: Any, *, many: bool = True) -> None:
+        """Give dequeued elements back, at the front and in order, as if they
+        had never been dequeued.
+
+        For a caller that took elements it cannot use (its consumer went
+        away). The next dequeue returns them first (RandomShuffleQueue: they
+        rejoin the pool; PriorityQueue: they come before equal priorities).
+        Never blocks: it bypasses the capacity (the queue may hold more than
+        ``capacity`` until they are dequeued) and works on a closed or
+        cancelled queue. ``statistics().dequeued`` goes down by their number.
+
+        Args:
+            vals: with ``many``, a batch as :meth:`dequeue_many` returns it; a
+                component without a fixed shape may also be a list of
+                per-element values, which keeps each element's own shape (a
+                padded batch would be stored padded). Without ``many``, one
+                element as :meth:`dequeue` returns it.
+            many: whether ``vals`` is a batch.
+
+        Raises:
+            ValueError, TypeError, InvalidArgumentError: as :meth:`enqueue_many`.
+        """
+        cols = self._convert_batch(vals, rows=True) if many else self._row_to_cols(self._convert_row(vals))
+        if cols[0].shape[0] == 0:
+            return
+        with self._mutex:
+            self._restore([cols])
+            self._flush()
+
+    # -- dequeue ----------------------------------------------------------------
+
+    def dequeue(self, timeout: float | None = None, *, cancel: CancelToken | None = None) -> Any:
+        """Remove and return one element, waiting while the queue is empty.
+
+        Returns:
+            A bare value for one component, a list for several, a dict for a
+            named queue (Q4). Scalars come back as NumPy scalars, strings as
+            ``bytes``.
+
+        Raises:
+            OutOfRangeError: the queue is closed and empty (Q26).
+            CancelledError: the call was cancelled (:meth:`cancel`, a token).
+            DeadlineExceededError: timed out; nothing was removed (T2).
+        """
+        if timeout is not None:
+            _check_timeout(timeout)
+        if cancel is not None and cancel.fired:
+            raise cancel.error()
+        with self._mutex:
+            # Fast path: nobody ahead in line and an element available now.
+            if not self._consumers and self._available() > 0:
+                row = self._take_one()
+                self._size -= 1
+                self._dequeued += 1
+                if self._producers:
+                    self._flush()
+                return row[0] if self._single else pack_values(row, self._names)
+        att = _Dequeue(1, False, "dequeue", None, cancel=cancel)
+        self._run_dequeue(att, timeout)
+        cols = att.chunks[0]
+        return pack_values([c[0] for c in cols], self._names)
+
+    def dequeue_many(
+        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+    ) -> Any:
+        """Remove ``n`` elements and return them stacked on a new axis 0 (Q18).
+
+        Elements are collected as they arrive; ``n`` may exceed the capacity
+        (Q19, not for PriorityQueue, Q42). ``n == 0`` returns empty arrays at
+        once (Q20).
+
+        Args:
+            n: number of elements (an int or a 0-d integer array).
+            timeout: seconds to wait (see the class docstring). On timeout,
+                cancellation or Ctrl-C the elements collected so far go back
+                to the front of the queue in order: nothing is lost (unlike
+                TF1, T3).
+            out: optional preallocated buffers, structured like the result
+                (bare array / list / dict), each with at least ``n`` rows of
+                the component's shape and dtype; results are views
+                ``out[i][:n]``. Lets a caller dequeue straight into pinned
+                memory. Dense (fully shaped) components only.
+            cancel: a token that cancels this call.
+
+        Raises:
+            InvalidArgumentError: ``n < 0``; components without shapes (Q6).
+            OutOfRangeError: the queue closed with fewer than ``n`` elements;
+                they stay queued (Q27).
+            CancelledError, DeadlineExceededError: as :meth:`dequeue`.
+        """
+        return self._dequeue_batch(n, timeout, out, False, "dequeue_many", False, cancel)
+
+    def dequeue_up_to(
+        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+    ) -> Any:
+        """Like :meth:`dequeue_many`, but once the queue is closed returns the
+        1..n elements that remain (Q21, Q28; a PriorityQueue returns them
+        sorted, Q43); ``OutOfRangeError`` when none. The result's leading
+        dimension is the number returned."""
+        return self._dequeue_batch(n, timeout, out, True, "dequeue_up_to", False, cancel)
+
+    def dequeue_available(
+        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+    ) -> Any:
+        """Up to ``n`` elements: as many as can be taken now, waiting only
+        while none can (a feedq addition, for streaming stages that want big
+        blocks when data is plentiful without waiting to fill them).
+
+        Returns:
+            1..n elements stacked on axis 0, like :meth:`dequeue_up_to`.
+
+        Raises:
+            OutOfRangeError: the queue is closed and empty.
+            CancelledError, DeadlineExceededError: as :meth:`dequeue`.
+        """
+        return self._dequeue_batch(n, timeout, out, True, "dequeue_available", True, cancel)
+
+    def dequeue_nowait(self) -> Any:
+        """:meth:`dequeue` with ``timeout=0``."""
+        return self.dequeue(timeout=0)
+
+    def enqueue_nowait(self, vals: Any) -> None:
+        """:meth:`enqueue` with ``timeout=0``."""
+        self.enqueue(vals, timeout=0)
+
+    def _dequeue_batch(
+        self, n: int, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
+        cancel: CancelToken | None,
+    ) -> Any:
+        n = as_count(n)
+        if n < 0:
+            raise InvalidArgumentError(
+                f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"
+            )
+        if timeout is not None:
+            _check_timeout(timeout)
+        if not self._all_shaped:
+            raise InvalidArgumentError(
+                f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
+                "components to have specified shapes."
+            )
+        if cancel is not None and cancel.fired:
+            raise cancel.error()
+        outs = self._check_out(out, n) if out is not None else None
+        if n == 0:
+            return self._assemble([], 0, outs)
+        if not up_to:
+            self._check_batch_feasible(n)
+        with self._mutex:
+            # Fast path: nobody ahead in line and n elements (or, for
+            # dequeue_available, at least one) available now.
+            avail = self._available() if not self._consumers else 0
+            if avail >= n or (some and avail > 0):
+                k = min(n, avail)
+                chunk = self._take(k, outs, 0)
+                self._size -= k
+                self._dequeued += k
+                if self._producers:
+                    self._flush()
+                if outs is None and self._all_dense:
+                    return chunk[0] if self._single else pack_values(chunk, self._names)
+                return self._assemble([chunk], k, outs)
+        att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
+        self._run_dequeue(att, timeout)
+        return self._assemble(att.chunks, att.count, outs)
+
+    def _check_batch_feasible(self, n: int) -> None:
+        """Hook: reject a batch that can never complete (PriorityQueue)."""
+
+    def _check_out(self, out: Any, n: int) -> list[np.ndarray[Any, Any]]:
+        where = f"{self._kind} '{self._name}' out="
+        bufs = flatten_values(out, self._names, len(self._components), where)
+        result = []
+        for comp, buf in zip(self._components, bufs):
+            buf = as_torch_free_array(buf, where)
+            if not isinstance(buf, np.ndarray):
+                raise TypeError(f"{where}: component {comp.index} must be an ndarray, got {type(buf).__name__}")
+            if not comp.dense:
+                raise InvalidArgumentError(f"{where}: component {comp.index} has no fixed shape; out= needs dense components")
+            assert comp.shape is not None
+            if buf.dtype != comp.dtype or buf.ndim != len(comp.shape) + 1 or buf.shape[1:] != comp.shape or buf.shape[0] < n:
+                raise InvalidArgumentError(
+                    f"{where}: component {comp.index} needs a buffer of dtype {comp.dtype} and shape "
+                    f"[>={n}]+{list(comp.shape)}, got dtype {buf.dtype} shape {list(buf.shape)}"
+                )
+            if not buf.flags.writeable:
+                raise InvalidArgumentError(f"{where}: component {comp.index} buffer is read-only")
+            result.append(buf)
+        return result
+
+    def _assemble(self, chunks: list[list[np.ndarray[Any, Any]]], count: int, outs: list[np.ndarray[Any, Any]] | None) -> Any:
+        if outs is not None:
+            return pack_values([buf[:count] for buf in outs], self._names)
+        cols = []
+        for i, comp in enumerate(self._components):
+            parts = [chunk[i] for chunk in chunks]
+            if comp.dense:
+                if len(parts) == 1:
+                    col = parts[0]
+                elif parts:
+                    col = np.concatenate(parts)
+                else:
+                    assert comp.shape is not None
+                    col = np.empty((0, *comp.shape), dtype=comp.dtype)
+            else:
+                col = self._pad(comp, parts)
+            cols.append(col)
+        return pack_values(cols, self._names)
+
+    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        raise InvalidArgumentError(  # pragma: no cover - guarded in _dequeue_batch
+            f"{self._kind} '{self._name}': component {comp.index} has no fixed shape"
+        )
+
+    # -- close / cancel -----------------------------------------------------------
+
+    def close(self, cancel_pending_enqueues: bool = False) -> None:
+        """Close the queue. Never blocks; idempotent (unlike TF1, Q25).
+
+        New enqueues fail with ``CancelledError`` (Q22). Dequeues drain the
+        remaining elements, then fail with ``OutOfRangeError`` (Q26–Q28).
+        Without ``cancel_pending_enqueues`` the enqueues already pending may
+        still complete (TF1 made close() wait for them, Q23; feedq returns at
+        once and the queue counts as closed only for new calls). With it,
+        they fail with ``CancelledError`` at once; rows they had inserted
+        stay (Q24).
+        """
+        with self._mutex:
+            if self._state is QueueState.OPEN:
+                self._state = QueueState.CLOSING
+            if cancel_pending_enqueues:
+                self._cancel_producers("Enqueue operation was cancelled")
+            self._flush()
+            self._producer_done.notify_all()
+            self._consumer_done.notify_all()
+
+    def cancel(self, cause: BaseException | None = None) -> None:
+        """Close the queue and cancel every call that waits on it.
+
+        Pending enqueues and dequeues, and later calls that would have to
+        wait, raise ``CancelledError`` with ``__cause__ = cause`` (T4: the
+        shutdown of a pipeline wakes every blocked caller). Elements already
+        stored can still be dequeued by calls that need not wait. Partial
+        ``dequeue_many`` collections go back to the queue. Idempotent; the
+        first cause is kept. On a queue already closed with no call pending,
+        ``cancel()`` without a cause does nothing (end of data stays
+        ``OutOfRangeError``). To cancel one call, pass it a
+        :class:`CancelToken` instead.
+        """
+        with self._mutex:
+            if self._state is QueueState.CLOSED and cause is None and not self._cancelled:
+                # Already closed and nothing pending: a clean cancel changes
+                # nothing, and end of data stays OutOfRange.
+                return
+            if not self._cancelled:
+                self._cancelled = True
+                self._cancel_cause = cause
+            if self._state is QueueState.OPEN:
+                self._state = QueueState.CLOSING
+            self._cancel_producers("Enqueue operation was cancelled")
+            self._flush()
+            self._producer_done.notify_all()
+            self._consumer_done.notify_all()
+
+    def is_closed(self) -> bool:
+        """True once :meth:`close` or :meth:`cancel` was called."""
+        return self._state is not QueueState.OPEN
+
+    def size(self) -> int:
+        """Elements stored now (Q12). A snapshot: it may change at once."""
+        return self._size
+
+    def statistics(self) -> QueueStatistics:
+        """A consistent snapshot of size, state and waiters."""
+        with self._mutex:
+            return QueueStatistics(
+                name=self._name,
+                size=self._size,
+                capacity=self._capacity,
+                closed=self._state is not QueueState.OPEN,
+                state=self._state,
+                cancelled=self._cancelled,
+                waiting_producers=len(self._producers),
+                waiting_consumers=len(self._consumers),
+                peak_size=self._peak,
+                enqueued=self._enqueued,
+                dequeued=self._dequeued,
+            )
+
+    def __iter__(self) -> Iterator[Any]:
+        """Dequeue elements until the queue is closed and empty."""
+        while True:
+            try:
+                yield self.dequeue()
+            except OutOfRangeError:
+                return
+
+
+def as_count(n: Any, what: str = "n") -> int:
+    """An element count or index: an int, NumPy integer or 0-d integer array
+    (not a bool or a float)."""
+    if type(n) is int:
+        return n
+    if isinstance(n, np.ndarray) and n.ndim == 0 and n.dtype.kind in "iu":
+        return int(n)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {n!r}")
+    return int(n)
+
+
+def _enqueue_cancelled(token: CancelToken) -> BaseException:
+    err = token.error()
+    set_num_enqueued(err, 0)
+    return err
+
+
+def _check_timeout(timeout: float) -> None:
+    if not timeout >= 0:  # also rejects NaN
+        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+
+
+def _dtypes_str(dtypes: list[np.dtype[Any]]) -> str:
+    return "[" + ", ".join("string" if d is STRING else str(d) for d in dtypes) + "]"
+
