@@ -44,7 +44,7 @@ import numpy as np
 from .._defaults import resolve_timeout
 from ..errors import CancelledError, DeadlineExceededError, OutOfRangeError
 from ._cancel import CancelToken, Waiter, hold
-from ._spec import STRING, Component
+from ._spec import Component, ElementCodec
 
 __all__ = ["QueueEngine", "QueueState"]
 
@@ -123,11 +123,10 @@ def set_num_enqueued(exc: BaseException, count: int) -> None:
         pass
 
 
-class QueueEngine:
+class QueueEngine(ElementCodec):
     """The lock-held state and machinery of a queue; :class:`QueueBase`
     adds the public API and the queue kinds add storage."""
 
-    _kind: ClassVar[str] = "Queue"
     #: PriorityQueue: a dequeue_many takes all n at once or nothing (Q42).
     _all_or_nothing: ClassVar[bool] = False
 
@@ -463,18 +462,6 @@ class QueueEngine:
             assert comp.shape is not None
             return np.empty((alloc, *comp.shape), dtype=comp.dtype)
         return np.empty(alloc, dtype=object)
-
-    def _row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
-        """One element's converted component values as one-row columns."""
-        cols = []
-        for comp, value in zip(self._components, row):
-            if comp.dense and not (comp.dtype is STRING and comp.shape == ()):
-                col = np.asarray(value, dtype=comp.dtype)[np.newaxis]
-            else:
-                col = np.empty(1, dtype=object)
-                col[0] = value
-            cols.append(col)
-        return cols
 
     # -- storage hooks (lock held) -------------------------------------------------------
 

@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from .._arrays import as_torch_free_array, flatten_values, pack_values
+from .._arrays import pack_values
 from ..errors import InvalidArgumentError, OutOfRangeError
 from ._cancel import CancelToken
 from ._engine import QueueEngine, QueueState, _Dequeue, _Enqueue, set_num_enqueued
 from ._registry import SHARED_QUEUES, SharedByName
-from ._spec import STRING, Component, normalize_dtypes, normalize_names, normalize_shapes
+from ._spec import STRING, Component, as_count, normalize_dtypes, normalize_names, normalize_shapes
 
 if TYPE_CHECKING:
     from ._select import SelectedQueue
 
-__all__ = ["QueueBase", "QueueStatistics", "as_count"]
+__all__ = ["QueueBase", "QueueStatistics"]
 
 
 @dataclass(frozen=True)
@@ -258,31 +258,19 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
 
     @staticmethod
     def from_list(index: Any, queues: Sequence[Any]) -> SelectedQueue:
-        """A queue chosen from ``queues`` by ``index`` (TF1 ``QueueBase.from_list``).
-
-        Every call on the result goes to ``queues[index]``. ``index`` is an
-        int, or a 0-d integer NumPy array read at each call (so changing it
-        re-routes later calls, as TF1 evaluated the index tensor per run).
-        The result has the queues' dtypes and names, and per component the
-        shape they share (``None`` dims where they differ).
+        """A queue chosen from ``queues`` by ``index`` at each call (TF1's
+        ``QueueBase.from_list``): see :class:`SelectedQueue` for the rules.
 
         Raises:
-            TypeError: ``queues`` is not a non-empty list of queues, or the
-                index is not an integer.
-            ValueError: the queues differ in component count, dtypes or
-                names (TF1 raised TypeError).
-            InvalidArgumentError: the index is out of range (at the call
-                that reads it).
+            TypeError: not a non-empty list of queues, or a non-integer index.
+            ValueError: the queues differ in component count, dtypes or names.
+            InvalidArgumentError: the index is out of range.
         """
         from ._select import SelectedQueue
 
         return SelectedQueue(index, queues)
 
     # -- enqueue ----------------------------------------------------------------
-
-    def _where(self, i: int) -> str:
-        label = self._names[i] if self._names is not None else str(i)
-        return f"{self._kind} '{self._name}' component {label}"
 
     def enqueue(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
         """Insert one element, waiting while the queue is full (Q13).
@@ -323,44 +311,6 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                     self._flush()
                 return
         self._run_enqueue(_Enqueue(self._row_to_cols(row), 1, cancel), timeout, "enqueue")
-
-    def _convert_row(self, vals: Any) -> list[Any]:
-        comps = self._components
-        if self._single and not isinstance(vals, (list, tuple, dict)):
-            return [comps[0].convert_one(vals, self._wheres[0])]
-        values = flatten_values(vals, self._names, len(comps), self._desc)
-        wheres = self._wheres
-        return [comp.convert_one(value, wheres[comp.index]) for comp, value in zip(comps, values)]
-
-    def _convert_batch(self, vals: Any, rows: bool = False) -> list[np.ndarray[Any, Any]]:
-        """A batch as columns; with ``rows``, a ragged component may also be
-        given as a sequence of per-element values (see :meth:`put_back`)."""
-        comps = self._components
-        if self._single and not isinstance(vals, (list, tuple, dict)):
-            values = [vals]
-        else:
-            values = flatten_values(vals, self._names, len(comps), self._desc)
-        wheres = self._wheres
-        cols = []
-        for comp, value in zip(comps, values):
-            if rows and not comp.dense and (
-                isinstance(value, (list, tuple))
-                or (isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1)
-            ):
-                col = np.empty(len(value), dtype=object)
-                for i, v in enumerate(value):
-                    col[i] = comp.convert_one(v, wheres[comp.index])
-            else:
-                col = comp.convert_many(value, wheres[comp.index])
-            cols.append(col)
-        n = cols[0].shape[0]
-        for i, col in enumerate(cols):
-            if col.shape[0] != n:
-                raise InvalidArgumentError(
-                    f"{self._kind} '{self._name}': All input tensors must have the same size in "
-                    f"the 0th dimension. Component 0 has {n}, component {i} has {col.shape[0]}"
-                )
-        return cols
 
     def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
         """Insert the rows of a batch as elements, in order.
@@ -570,51 +520,6 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
     def _check_batch_feasible(self, n: int) -> None:
         """Hook: reject a batch that can never complete (PriorityQueue)."""
 
-    def _check_out(self, out: Any, n: int) -> list[np.ndarray[Any, Any]]:
-        where = f"{self._kind} '{self._name}' out="
-        bufs = flatten_values(out, self._names, len(self._components), where)
-        result = []
-        for comp, buf in zip(self._components, bufs):
-            buf = as_torch_free_array(buf, where)
-            if not isinstance(buf, np.ndarray):
-                raise TypeError(f"{where}: component {comp.index} must be an ndarray, got {type(buf).__name__}")
-            if not comp.dense:
-                raise InvalidArgumentError(f"{where}: component {comp.index} has no fixed shape; out= needs dense components")
-            assert comp.shape is not None
-            if buf.dtype != comp.dtype or buf.ndim != len(comp.shape) + 1 or buf.shape[1:] != comp.shape or buf.shape[0] < n:
-                raise InvalidArgumentError(
-                    f"{where}: component {comp.index} needs a buffer of dtype {comp.dtype} and shape "
-                    f"[>={n}]+{list(comp.shape)}, got dtype {buf.dtype} shape {list(buf.shape)}"
-                )
-            if not buf.flags.writeable:
-                raise InvalidArgumentError(f"{where}: component {comp.index} buffer is read-only")
-            result.append(buf)
-        return result
-
-    def _assemble(self, chunks: list[list[np.ndarray[Any, Any]]], count: int, outs: list[np.ndarray[Any, Any]] | None) -> Any:
-        if outs is not None:
-            return pack_values([buf[:count] for buf in outs], self._names)
-        cols = []
-        for i, comp in enumerate(self._components):
-            parts = [chunk[i] for chunk in chunks]
-            if comp.dense:
-                if len(parts) == 1:
-                    col = parts[0]
-                elif parts:
-                    col = np.concatenate(parts)
-                else:
-                    assert comp.shape is not None
-                    col = np.empty((0, *comp.shape), dtype=comp.dtype)
-            else:
-                col = self._pad(comp, parts)
-            cols.append(col)
-        return pack_values(cols, self._names)
-
-    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
-        raise InvalidArgumentError(  # pragma: no cover - guarded in _dequeue_batch
-            f"{self._kind} '{self._name}': component {comp.index} has no fixed shape"
-        )
-
     # -- close / cancel -----------------------------------------------------------
 
     def close(self, cancel_pending_enqueues: bool = False) -> None:
@@ -697,18 +602,6 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 yield self.dequeue()
             except OutOfRangeError:
                 return
-
-
-def as_count(n: Any, what: str = "n") -> int:
-    """An element count or index: an int, NumPy integer or 0-d integer array
-    (not a bool or a float)."""
-    if type(n) is int:
-        return n
-    if isinstance(n, np.ndarray) and n.ndim == 0 and n.dtype.kind in "iu":
-        return int(n)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"{what} must be an int, got {n!r}")
-    return int(n)
 
 
 def _enqueue_cancelled(token: CancelToken) -> BaseException:

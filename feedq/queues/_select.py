@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, OutOfRangeError
 from ._cancel import CancelToken
-from ._queue import QueueBase, QueueStatistics, as_count
+from ._queue import QueueBase, QueueStatistics
+from ._spec import as_count
 
 __all__ = ["SelectedQueue"]
 
@@ -24,9 +25,15 @@ __all__ = ["SelectedQueue"]
 class SelectedQueue:
     """The queue ``queues[index]``, chosen again at each call.
 
-    Built by :meth:`QueueBase.from_list`; it has the queue API (enqueue,
-    dequeue, close, statistics, ...), and each call behaves as that call on
-    the selected queue. ``dtypes`` and ``names`` are the queues' own; each
+    Built by :meth:`QueueBase.from_list(index, queues) <QueueBase.from_list>`;
+    it has the queue API (enqueue, dequeue, close, statistics, ...), and each
+    call behaves as that call on the selected queue. ``index`` is an int, or
+    a 0-d integer NumPy array read at every call (changing it re-routes
+    later calls, as TF1 evaluated its index tensor at every run); an index
+    outside ``[0, len(queues))`` is an ``InvalidArgumentError`` (TF1's
+    gather). All queues must have the same component count, dtypes and names
+    (``ValueError``; TF1 raised TypeError); anything but a non-empty list of
+    queues is a ``TypeError``. ``dtypes`` and ``names`` are the queues' own; each
     entry of ``shapes`` is the shape the queues have in common (a ``None``
     dimension where they differ, ``None`` where the ranks differ or a queue
     has no shape), as TF1 did.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,6 +34,8 @@ from ..errors import InvalidArgumentError
 __all__ = [
     "STRING",
     "Component",
+    "ElementCodec",
+    "as_count",
     "as_dtype",
     "as_torch_free_array",
     "flatten_values",
@@ -188,6 +190,120 @@ class Component:
         return rows
 
 
+
+class ElementCodec:
+    """Converts between user values and a queue's columns (a mixin of the
+    queue engine: it knows the components, not the storage)."""
+
+    _kind: ClassVar[str] = "Queue"
+    _name: str
+    _components: list[Component]
+    _names: list[str] | None
+    _wheres: list[str]
+    _single: bool
+    _desc: str
+
+    def _where(self, i: int) -> str:
+        label = self._names[i] if self._names is not None else str(i)
+        return f"{self._kind} '{self._name}' component {label}"
+
+    def _convert_row(self, vals: Any) -> list[Any]:
+        comps = self._components
+        if self._single and not isinstance(vals, (list, tuple, dict)):
+            return [comps[0].convert_one(vals, self._wheres[0])]
+        values = flatten_values(vals, self._names, len(comps), self._desc)
+        wheres = self._wheres
+        return [comp.convert_one(value, wheres[comp.index]) for comp, value in zip(comps, values)]
+
+    def _convert_batch(self, vals: Any, rows: bool = False) -> list[np.ndarray[Any, Any]]:
+        """A batch as columns; with ``rows``, a ragged component may also be
+        given as a sequence of per-element values (see :meth:`put_back`)."""
+        comps = self._components
+        if self._single and not isinstance(vals, (list, tuple, dict)):
+            values = [vals]
+        else:
+            values = flatten_values(vals, self._names, len(comps), self._desc)
+        wheres = self._wheres
+        cols = []
+        for comp, value in zip(comps, values):
+            if rows and not comp.dense and (
+                isinstance(value, (list, tuple))
+                or (isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1)
+            ):
+                col = np.empty(len(value), dtype=object)
+                for i, v in enumerate(value):
+                    col[i] = comp.convert_one(v, wheres[comp.index])
+            else:
+                col = comp.convert_many(value, wheres[comp.index])
+            cols.append(col)
+        n = cols[0].shape[0]
+        for i, col in enumerate(cols):
+            if col.shape[0] != n:
+                raise InvalidArgumentError(
+                    f"{self._kind} '{self._name}': All input tensors must have the same size in "
+                    f"the 0th dimension. Component 0 has {n}, component {i} has {col.shape[0]}"
+                )
+        return cols
+
+    def _row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
+        """One element's converted component values as one-row columns."""
+        cols = []
+        for comp, value in zip(self._components, row):
+            if comp.dense and not (comp.dtype is STRING and comp.shape == ()):
+                col = np.asarray(value, dtype=comp.dtype)[np.newaxis]
+            else:
+                col = np.empty(1, dtype=object)
+                col[0] = value
+            cols.append(col)
+        return cols
+
+    def _check_out(self, out: Any, n: int) -> list[np.ndarray[Any, Any]]:
+        where = f"{self._kind} '{self._name}' out="
+        bufs = flatten_values(out, self._names, len(self._components), where)
+        result = []
+        for comp, buf in zip(self._components, bufs):
+            buf = as_torch_free_array(buf, where)
+            if not isinstance(buf, np.ndarray):
+                raise TypeError(f"{where}: component {comp.index} must be an ndarray, got {type(buf).__name__}")
+            if not comp.dense:
+                raise InvalidArgumentError(f"{where}: component {comp.index} has no fixed shape; out= needs dense components")
+            assert comp.shape is not None
+            if buf.dtype != comp.dtype or buf.ndim != len(comp.shape) + 1 or buf.shape[1:] != comp.shape or buf.shape[0] < n:
+                raise InvalidArgumentError(
+                    f"{where}: component {comp.index} needs a buffer of dtype {comp.dtype} and shape "
+                    f"[>={n}]+{list(comp.shape)}, got dtype {buf.dtype} shape {list(buf.shape)}"
+                )
+            if not buf.flags.writeable:
+                raise InvalidArgumentError(f"{where}: component {comp.index} buffer is read-only")
+            result.append(buf)
+        return result
+
+    def _assemble(self, chunks: list[list[np.ndarray[Any, Any]]], count: int, outs: list[np.ndarray[Any, Any]] | None) -> Any:
+        if outs is not None:
+            return pack_values([buf[:count] for buf in outs], self._names)
+        cols = []
+        for i, comp in enumerate(self._components):
+            parts = [chunk[i] for chunk in chunks]
+            if comp.dense:
+                if len(parts) == 1:
+                    col = parts[0]
+                elif parts:
+                    col = np.concatenate(parts)
+                else:
+                    assert comp.shape is not None
+                    col = np.empty((0, *comp.shape), dtype=comp.dtype)
+            else:
+                col = self._pad(comp, parts)
+            cols.append(col)
+        return pack_values(cols, self._names)
+
+    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        """Stack rows of a component without a fixed shape (PaddingFIFOQueue)."""
+        raise InvalidArgumentError(  # pragma: no cover - guarded in _dequeue_batch
+            f"{self._kind} '{self._name}': component {comp.index} has no fixed shape"
+        )
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} {value!r}"[:120]
@@ -244,6 +360,18 @@ def _shape_matches(actual: tuple[int, ...], declared: tuple[int | None, ...]) ->
 
 
 # -- construction-time normalisation ------------------------------------------
+
+
+def as_count(n: Any, what: str = "n") -> int:
+    """An element count or index: an int, NumPy integer or 0-d integer array
+    (not a bool or a float)."""
+    if type(n) is int:
+        return n
+    if isinstance(n, np.ndarray) and n.ndim == 0 and n.dtype.kind in "iu":
+        return int(n)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {n!r}")
+    return int(n)
 
 
 def normalize_dtypes(dtypes: Any) -> list[np.dtype[Any]]:
