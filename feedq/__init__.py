@@ -46,6 +46,7 @@ from .input import (
 from .pipeline import Pipeline, control_dependencies, current_pipeline
 from .queues import (
     STRING,
+    CancelToken,
     ConditionalAccumulator,
     FIFOQueue,
     PaddingFIFOQueue,
@@ -67,6 +68,7 @@ from .runners import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CancelToken",
     "ConditionalAccumulator",
     "Coordinator",
     "DeviceConfig",
