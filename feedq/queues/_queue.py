@@ -25,7 +25,15 @@ from ..errors import InvalidArgumentError, OutOfRangeError
 from ._cancel import CancelToken
 from ._engine import QueueEngine, QueueState, _Dequeue, _Enqueue, set_num_enqueued
 from ._registry import SHARED_QUEUES, SharedByName
-from ._spec import STRING, Component, as_count, normalize_dtypes, normalize_names, normalize_shapes
+from ._spec import (
+    STRING,
+    Component,
+    Count,
+    as_count,
+    normalize_dtypes,
+    normalize_names,
+    normalize_shapes,
+)
 
 if TYPE_CHECKING:
     from ._select import SelectedQueue
@@ -257,7 +265,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         )
 
     @staticmethod
-    def from_list(index: Any, queues: Sequence[Any]) -> SelectedQueue:
+    def from_list(index: Count, queues: Sequence[Any]) -> SelectedQueue:
         """A queue chosen from ``queues`` by ``index`` at each call (TF1's
         ``QueueBase.from_list``): see :class:`SelectedQueue` for the rules.
 
@@ -414,7 +422,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         return pack_values([c[0] for c in cols], self._names)
 
     def dequeue_many(
-        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
     ) -> Any:
         """Remove ``n`` elements and return them stacked on a new axis 0 (Q18).
 
@@ -444,7 +452,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         return self._dequeue_batch(n, timeout, out, False, "dequeue_many", False, cancel)
 
     def dequeue_up_to(
-        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
     ) -> Any:
         """Like :meth:`dequeue_many`, but once the queue is closed returns the
         1..n elements that remain (Q21, Q28; a PriorityQueue returns them
@@ -453,7 +461,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         return self._dequeue_batch(n, timeout, out, True, "dequeue_up_to", False, cancel)
 
     def dequeue_available(
-        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
     ) -> Any:
         """Up to ``n`` elements: as many as can be taken now, waiting only
         while none can (a feedq addition, for streaming stages that want big
@@ -477,7 +485,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         self.enqueue(vals, timeout=0)
 
     def _dequeue_batch(
-        self, n: int, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
+        self, n: Count, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
         cancel: CancelToken | None,
     ) -> Any:
         n = as_count(n)

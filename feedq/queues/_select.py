@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, OutOfRangeError
 from ._cancel import CancelToken
 from ._queue import QueueBase, QueueStatistics
-from ._spec import as_count
+from ._spec import Count, as_count
 
 __all__ = ["SelectedQueue"]
 
@@ -132,19 +132,19 @@ class SelectedQueue:
         return self._pick().dequeue(timeout, cancel=cancel)
 
     def dequeue_many(
-        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
     ) -> Any:
         """:meth:`QueueBase.dequeue_many` on the selected queue."""
         return self._pick().dequeue_many(n, timeout, out, cancel=cancel)
 
     def dequeue_up_to(
-        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
     ) -> Any:
         """:meth:`QueueBase.dequeue_up_to` on the selected queue."""
         return self._pick().dequeue_up_to(n, timeout, out, cancel=cancel)
 
     def dequeue_available(
-        self, n: int, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
     ) -> Any:
         """:meth:`QueueBase.dequeue_available` on the selected queue."""
         return self._pick().dequeue_available(n, timeout, out, cancel=cancel)

@@ -34,6 +34,7 @@ from ..errors import InvalidArgumentError
 __all__ = [
     "STRING",
     "Component",
+    "Count",
     "ElementCodec",
     "as_count",
     "as_dtype",
@@ -360,6 +361,10 @@ def _shape_matches(actual: tuple[int, ...], declared: tuple[int | None, ...]) ->
 
 
 # -- construction-time normalisation ------------------------------------------
+
+
+#: An element count or index: an int, a NumPy integer or a 0-d integer array.
+Count = int | np.integer[Any] | np.ndarray[Any, Any]
 
 
 def as_count(n: Any, what: str = "n") -> int:
