@@ -315,7 +315,8 @@ class QueueEngine(ElementCodec):
             self._putback(chunk)
             self._size += k
             self._dequeued -= k
-        self._peak = max(self._peak, self._size)
+        if self._size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+            self._peak = self._size
 
     # -- the flush (lock held) ---------------------------------------------------------
 
@@ -358,7 +359,8 @@ class QueueEngine(ElementCodec):
                 att.done += k
                 self._size += k
                 self._enqueued += k
-                self._peak = max(self._peak, self._size)
+                if self._size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                    self._peak = self._size
                 progress = True
                 if att.done < att.n:
                     break

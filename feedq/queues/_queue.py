@@ -301,7 +301,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             _check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise _enqueue_cancelled(cancel)
-        row = self._convert_row(vals)
+        comps = self._components
+        if self._single and not isinstance(vals, (list, tuple, dict)):
+            row = [comps[0].convert_one(vals, self._wheres[0])]  # inline: the hot path
+        else:
+            row = self._convert_row(vals)
         with self._mutex:
             # Fast path: nobody ahead in line and room now.
             if (
@@ -314,7 +318,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 self._put_one(row)
                 self._size += 1
                 self._enqueued += 1
-                self._peak = max(self._peak, self._size)
+                if self._size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                    self._peak = self._size
                 if self._consumers:
                     self._flush()
                 return
@@ -353,7 +358,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 self._put(cols, 0, n)
                 self._size += n
                 self._enqueued += n
-                self._peak = max(self._peak, self._size)
+                if self._size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                    self._peak = self._size
                 if self._consumers:
                     self._flush()
                 return
