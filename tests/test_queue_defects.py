@@ -127,3 +127,11 @@ def test_q20_negative_0d_count_is_invalid_argument() -> None:
     q = FIFOQueue(10, np.int64, shapes=[[]], name="neg")
     with pytest.raises(InvalidArgumentError, match=r"requested -1 < 0 elements"):
         q.dequeue_many(np.array(-1))
+
+
+def test_t1_huge_finite_timeout_waits_instead_of_overflowing() -> None:
+    q = FIFOQueue(2, np.int64, shapes=[[]])
+    bg = Bg(q.dequeue, timeout=1e12, name="feedq-test-huge")
+    wait_blocked(q, consumers=1)
+    q.enqueue(3)
+    assert bg.result() == 3

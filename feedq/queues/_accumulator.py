@@ -27,6 +27,9 @@ __all__ = ["AccumulatorStatistics", "ConditionalAccumulator", "reset_shared_accu
 
 _REDUCTIONS = ("MEAN", "SUM")
 
+#: A validated constructor call: dtype, declared shape, shared_name, name, reduction.
+_Request = tuple[np.dtype[Any], tuple[int, ...] | None, str | None, str | None, str]
+
 
 def reset_shared_accumulators(shared_name: str | None = None) -> None:
     """Forget one shared accumulator (or all); open handles keep working."""
@@ -98,35 +101,38 @@ class ConditionalAccumulator(metaclass=SharedByName):
         name: str | None = None,
         reduction_type: str = "MEAN",
     ) -> None:
-        # Only validates: the metaclass then calls _open(), which sets up the
-        # accumulator or returns the shared one (feedq.queues._registry).
+        # Validates; an accumulator without a shared_name is built at once, a
+        # shared one when the metaclass calls _open() (feedq.queues._registry).
         dt = np.dtype(dtype)
         if dt.kind != "f":
             raise TypeError(f"ConditionalAccumulator needs a floating dtype, got {dt} (A1)")
         if reduction_type not in _REDUCTIONS:
             raise ValueError(f"reduction_type must be one of {_REDUCTIONS}, got {reduction_type!r}")
         fixed = None if shape is None else _as_shape(shape)
-        self._request = (dt, fixed, shared_name, name, reduction_type)
+        request: _Request = (dt, fixed, shared_name, name, reduction_type)
+        if shared_name is None:
+            self._create(request)
+        else:
+            self._request = request
 
     def _open(self) -> ConditionalAccumulator:
-        dt, fixed, shared_name, _, reduction_type = self._request
-        if shared_name is None:
-            return self._create()
-        key = shared_name
+        request: _Request | None = self.__dict__.pop("_request", None)
+        if request is None:
+            return self
+        dt, fixed, key, _, reduction_type = request
         return SHARED_ACCUMULATORS.get_or_create(
-            "accumulator", key, self._create,
+            "accumulator", key, lambda: self._create(request),
             lambda existing: existing._check_reopen(key, dt, fixed, reduction_type),
         )
 
-    def _create(self) -> ConditionalAccumulator:
-        dtype, shape, shared_name, name, reduction_type = self._request
-        del self._request
+    def _create(self, request: _Request) -> ConditionalAccumulator:
+        dtype, shape, shared_name, name, reduction_type = request
         if name is None:
             n = next(ConditionalAccumulator._name_counter)
             name = "conditional_accumulator" if n == 0 else f"conditional_accumulator_{n}"
         self._name = name
         self._shared_name = shared_name
-        self._dtype: np.dtype[Any] = dtype
+        self._dtype = dtype
         self._declared_shape = shape
         self._reduction = reduction_type
         # Re-entrant only so that an undo path after an asynchronous exception

@@ -176,7 +176,7 @@ class Waiter:
             if timeout is None:
                 gate.acquire()
             else:
-                gate.acquire(True, timeout)
+                gate.acquire(True, min(timeout, threading.TIMEOUT_MAX))
         finally:
             hold(mutex)
             self._gate = None

@@ -114,21 +114,26 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         name: str | None = None,
         **storage_args: Any,
     ) -> None:
-        # Only validates: the metaclass then calls _open(), which allocates
-        # the queue or returns the shared one (feedq.queues._registry).
+        # Validates; a queue without a shared_name is built at once, a shared
+        # one when the metaclass calls _open() (feedq.queues._registry).
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
             raise TypeError(f"capacity must be an int, got {capacity!r}")
         components = self._make_components(dtypes, shapes)
         name_list = normalize_names(names, len(components))
         capacity = int(capacity)
         self._validate_storage_args(capacity, components, storage_args)
-        self._request = _Request(capacity, components, name_list, shared_name, name, storage_args)
+        request = _Request(capacity, components, name_list, shared_name, name, storage_args)
+        if shared_name is None:
+            self._create(request)
+        else:
+            self._request = request
 
     def _open(self) -> QueueBase:
-        req = self._request
-        if req.shared_name is None:
-            return self._create()
+        req: _Request | None = self.__dict__.pop("_request", None)
+        if req is None:
+            return self
         shared_name = req.shared_name
+        assert shared_name is not None
         kind = type(self)._kind
 
         def check(existing: QueueBase) -> None:
@@ -136,11 +141,9 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 shared_name, req.capacity, req.components, req.names, req.storage_args, kind
             )
 
-        return SHARED_QUEUES.get_or_create("queue", shared_name, self._create, check)
+        return SHARED_QUEUES.get_or_create("queue", shared_name, lambda: self._create(req), check)
 
-    def _create(self) -> QueueBase:
-        req = self._request
-        del self._request
+    def _create(self, req: _Request) -> QueueBase:
         name = req.name
         if name is None:
             counter = QueueBase._name_counters.setdefault(self._default_name, itertools.count())
