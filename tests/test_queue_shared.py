@@ -92,6 +92,20 @@ def test_q33_reopen_with_another_seed_is_invalid_argument() -> None:
         RandomShuffleQueue(10, 3, np.int32, shapes=[[]], shared_name="rs")
 
 
+def test_check_reopen_compares_a_requested_queue() -> None:
+    """For registries other than the process's (a cluster task's container)."""
+    q = FIFOQueue(5, np.int32, shapes=[[]], name="q")
+    q.check_reopen(FIFOQueue(5, np.int32, shapes=[[]]), "q")
+    with pytest.raises(InvalidArgumentError, match=r"^Shared queue 'q' has capacity 5 but requested capacity was 6$"):
+        q.check_reopen(FIFOQueue(6, np.int32, shapes=[[]]), "q")
+    with pytest.raises(InvalidArgumentError, match="is a FIFOQueue but a PriorityQueue was requested"):
+        q.check_reopen(PriorityQueue(5, [np.int32], shapes=[[]]), "q")
+    acc = ConditionalAccumulator(np.float32, [2], name="acc")
+    acc.check_reopen(ConditionalAccumulator(np.float32, [2]))
+    with pytest.raises(InvalidArgumentError, match=r"^Shared accumulator 'acc' has shape \[2\]"):
+        acc.check_reopen(ConditionalAccumulator(np.float32, [3]))
+
+
 def test_resource_manager_get_or_create() -> None:
     m = ResourceManager()
     made: list[int] = []

@@ -152,6 +152,13 @@ class ConditionalAccumulator(metaclass=SharedByName):
         self._cancelled = False  # guarded by self._mutex
         return self
 
+    def check_reopen(self, requested: ConditionalAccumulator, shared_name: str | None = None) -> None:
+        """Raise ``InvalidArgumentError`` unless ``requested`` (an accumulator
+        built from a re-open's arguments) has this one's dtype, declared shape
+        and reduction type. For registries other than the process's."""
+        label = shared_name or self._shared_name or self._name
+        self._check_reopen(label, requested._dtype, requested._declared_shape, requested._reduction)
+
     def _check_reopen(
         self, shared_name: str, dtype: np.dtype[Any], shape: tuple[int, ...] | None, reduction: str
     ) -> None:

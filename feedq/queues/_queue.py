@@ -188,6 +188,18 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         if args:
             raise TypeError(f"unexpected arguments {sorted(args)}")
 
+    def check_reopen(self, requested: QueueBase, shared_name: str | None = None) -> None:
+        """Raise ``InvalidArgumentError`` unless ``requested`` (a queue built
+        from a re-open's arguments) asks for this queue: same kind, capacity,
+        dtypes, shapes, names and kind arguments (Q7). For registries of
+        named queues other than the process's (a cluster task's container).
+        """
+        label = shared_name or self._shared_name or self._name
+        self._check_reopen(
+            label, requested._capacity, requested._components, requested._names,
+            requested._storage_args, requested._kind,
+        )
+
     def _check_reopen(
         self,
         shared_name: str,
