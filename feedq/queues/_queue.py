@@ -30,6 +30,7 @@ from ._spec import (
     Component,
     Count,
     as_count,
+    check_reopen_spec,
     normalize_dtypes,
     normalize_names,
     normalize_shapes,
@@ -210,35 +211,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         kind: str | None = None,
     ) -> None:
         """Q7: raise InvalidArgumentError unless a re-open asks for this queue."""
-        prefix = f"Shared queue '{shared_name}'"
-        if kind is not None and kind != self._kind:
-            raise InvalidArgumentError(f"{prefix} is a {self._kind} but a {kind} was requested")
-        cap = capacity if capacity >= 0 else -1
-        if cap != self._capacity:
-            raise InvalidArgumentError(
-                f"{prefix} has capacity {self._capacity} but requested capacity was {cap}"
-            )
-        mine = [c.dtype for c in self._components]
-        theirs = [c.dtype for c in components]
-        if mine != theirs:
-            raise InvalidArgumentError(
-                f"{prefix} has component types {_dtypes_str(mine)} "
-                f"but requested component types were {_dtypes_str(theirs)}"
-            )
-        if [c.shape for c in self._components] != [c.shape for c in components]:
-            raise InvalidArgumentError(
-                f"{prefix} has component shapes {[c.shape for c in self._components]} "
-                f"but requested component shapes were {[c.shape for c in components]}"
-            )
-        if names != self._names:
-            raise InvalidArgumentError(f"{prefix} has names {self._names} but requested names were {names}")
-        for key, value in storage_args.items():
-            if key == "seed" and value is None:
-                continue  # a re-open without a seed takes the queue's (as TF's seed 0)
-            if self._storage_args.get(key) != value:
-                raise InvalidArgumentError(
-                    f"{prefix} has {key} {self._storage_args.get(key)} but requested {key} was {value}"
-                )
+        check_reopen_spec(
+            f"Shared queue '{shared_name}'",
+            (self._kind, self._capacity, self._components, self._names, self._storage_args),
+            (kind or self._kind, capacity, components, names, storage_args),
+        )
 
     # -- public properties ----------------------------------------------------
 
@@ -642,8 +619,3 @@ def _enqueue_cancelled(token: CancelToken) -> BaseException:
 def _check_timeout(timeout: float) -> None:
     if not timeout >= 0:  # also rejects NaN
         raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-
-
-def _dtypes_str(dtypes: list[np.dtype[Any]]) -> str:
-    return "[" + ", ".join("string" if d is STRING else str(d) for d in dtypes) + "]"
-

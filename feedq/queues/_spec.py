@@ -39,6 +39,7 @@ __all__ = [
     "as_count",
     "as_dtype",
     "as_torch_free_array",
+    "check_reopen_spec",
     "flatten_values",
     "normalize_dtypes",
     "normalize_names",
@@ -444,3 +445,50 @@ def normalize_names(names: Any, count: int) -> list[str] | None:
     if len(set(names)) != len(names):
         raise ValueError(f"names must be unique: {names}")
     return [str(n) for n in names]
+
+
+#: What a re-open compares (Q7): kind, capacity, components, names, kind arguments.
+QueueSpecTuple = tuple[str, int, list[Component], "list[str] | None", dict[str, Any]]
+
+
+def check_reopen_spec(prefix: str, have: QueueSpecTuple, requested: QueueSpecTuple) -> None:
+    """Q7: raise ``InvalidArgumentError`` (``prefix`` starts the message)
+    unless a re-open requests the queue it finds.
+
+    A ``seed`` of ``None`` in the request matches any seed: TF checks the
+    seeds only when the re-open gives some (its seed pair (0, 0)).
+    """
+    kind, capacity, components, names, args = have
+    r_kind, r_capacity, r_components, r_names, r_args = requested
+    if r_kind != kind:
+        raise InvalidArgumentError(f"{prefix} is a {kind} but a {r_kind} was requested")
+    r_capacity = r_capacity if r_capacity >= 0 else -1
+    if r_capacity != capacity:
+        raise InvalidArgumentError(
+            f"{prefix} has capacity {capacity} but requested capacity was {r_capacity}"
+        )
+    mine = [c.dtype for c in components]
+    theirs = [c.dtype for c in r_components]
+    if mine != theirs:
+        raise InvalidArgumentError(
+            f"{prefix} has component types {_dtypes_str(mine)} "
+            f"but requested component types were {_dtypes_str(theirs)}"
+        )
+    if [c.shape for c in components] != [c.shape for c in r_components]:
+        raise InvalidArgumentError(
+            f"{prefix} has component shapes {[c.shape for c in components]} "
+            f"but requested component shapes were {[c.shape for c in r_components]}"
+        )
+    if r_names != names:
+        raise InvalidArgumentError(f"{prefix} has names {names} but requested names were {r_names}")
+    for key, value in r_args.items():
+        if key == "seed" and value is None:
+            continue
+        if args.get(key) != value:
+            raise InvalidArgumentError(
+                f"{prefix} has {key} {args.get(key)} but requested {key} was {value}"
+            )
+
+
+def _dtypes_str(dtypes: list[np.dtype[Any]]) -> str:
+    return "[" + ", ".join("string" if d is STRING else str(d) for d in dtypes) + "]"
