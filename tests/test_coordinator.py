@@ -562,12 +562,12 @@ def test_l1_validation_and_registration() -> None:
     ):
         LooperThread(coord, 1.0, args=(1,))
     with pytest.raises(
-        ValueError, match=r"^timer_interval_secs must be a finite number > 0 or None, got 0.0$"
+        ValueError, match=r"^timer_interval_secs must be a finite number >= 0 or None, got -1.0$"
     ):
-        LooperThread(coord, 0)
+        LooperThread(coord, -1)
     looper = LooperThread(coord, None, target=coord.request_stop)
     assert looper.daemon
-    assert looper.name == "LooperThread-request_stop"
+    assert looper.name == "feedq-looper-request_stop"
     looper.start()  # it stops the coordinator on its first call
     coord.join()  # registered on construction: joined here
     assert not looper.is_alive()
@@ -619,7 +619,7 @@ def test_l2_back_to_back_and_hook_order() -> None:
             events.append("stop")
 
     looper = Looper(coord, None)
-    assert looper.name == "LooperThread-Looper"
+    assert looper.name == "feedq-looper-Looper"
     looper.start()
     coord.join()
     assert events == ["start", "run", "run", "run", "stop"]
