@@ -184,9 +184,9 @@ def test_qr2_one_named_thread_per_op_and_no_extra_thread() -> None:
     qr = QueueRunner(q, [source.produce, source.produce, other])
     threads = qr.create_threads(coord=Coordinator(), daemon=True, start=False)
     assert [t.name for t in threads] == [
-        "QueueRunnerThread-numbers-produce",
-        "QueueRunnerThread-numbers-produce",
-        "QueueRunnerThread-numbers-other",
+        "feedq-runner-numbers-0-produce",
+        "feedq-runner-numbers-1-produce",
+        "feedq-runner-numbers-2-other",
     ]
     assert all(t.ident is None for t in threads)  # start=False: not started
     assert all(t.daemon for t in threads)
@@ -439,7 +439,7 @@ def test_qr9_grace_expiry_names_runner_blocked_on_another_queue() -> None:
     with pytest.raises(
         RuntimeError,
         match=r"^Coordinator stopped with threads still running: "
-        r"QueueRunnerThread-downstream-downstream_enqueue$",
+        r"feedq-runner-downstream-0-downstream_enqueue$",
     ):
         coord.join(stop_grace_period_secs=0.3)
     upstream.close()  # the thread ends only when the upstream closes
@@ -545,8 +545,8 @@ def test_qr12_collections_and_start_queue_runners() -> None:
     coord = Coordinator()
     threads = start_queue_runners(coord=coord)
     assert [t.name for t in threads] == [
-        "QueueRunnerThread-first-produce",
-        "QueueRunnerThread-second-produce",
+        "feedq-runner-first-0-produce",
+        "feedq-runner-second-0-produce",
     ]
     assert all(t.daemon for t in threads)
     coord.join()
