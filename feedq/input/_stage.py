@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import CancelledError, FailedPreconditionError, OutOfRangeError
 from ..pipeline import current_pipeline
 from ..queues import QueueBase, QueueStatistics
-from ..runners import QueueRunner, QueueRunnerStatistics
+from ..runners import QueueRunner, QueueRunnerStatistics, runner_events
 
 if TYPE_CHECKING:
     from ._producers import _Epochs
@@ -158,47 +158,52 @@ class Stage:
             return cols[0]
         return list(cols)
 
-    def _raw(self, timeout: float | None) -> list[Any]:
-        """One evaluation as a list of components (errors translated)."""
+    def _take(self, how: str, n: int, timeout: float | None) -> list[Any]:
+        """Dequeue from the stage's queue, as a list of components.
+
+        ``how``: ``"one"`` (an element), ``"many"`` (exactly ``n``),
+        ``"up_to"`` (up to ``n``, fewer only at the end) or ``"available"``
+        (up to ``n``, as many as are queued). Errors are translated (X1, X3);
+        the end of the data notifies control-dependency gates.
+        """
         self._check_started()
         q = self._queue
         try:
-            if self._batch_size is None:
+            if how == "one":
                 out = q.dequeue(timeout=timeout)
-            elif self._smaller_final:
-                out = q.dequeue_up_to(self._batch_size, timeout=timeout)
+            elif how == "many":
+                out = q.dequeue_many(n, timeout=timeout)
+            elif how == "up_to":
+                out = q.dequeue_up_to(n, timeout=timeout)
             else:
-                out = q.dequeue_many(self._batch_size, timeout=timeout)
+                out = q.dequeue_available(n)
         except CancelledError as exc:
             _reraise_cause(exc)
             raise
         except OutOfRangeError:
-            if self._batch_size is not None and not self._smaller_final:
-                self._dropped = q.size()
+            if how == "many":
+                self._dropped = q.size()  # X4: what could not fill a batch
+            runner_events.notify()
             raise
+        if q.is_closed() and q.size() == 0:
+            runner_events.notify()  # drained: a dependency on this queue is done
         return out if isinstance(out, list) else [out]
+
+    def _raw(self, timeout: float | None) -> list[Any]:
+        """One evaluation as a list of components (errors translated)."""
+        if self._batch_size is None:
+            return self._take("one", 1, timeout)
+        return self._take("up_to" if self._smaller_final else "many", self._batch_size, timeout)
 
     def _block(self, n: int, timeout: float | None) -> list[Any]:
         """Up to ``n`` evaluations of an element stage, stacked (batch-first)."""
-        self._check_started()
-        try:
-            out = self._queue.dequeue_up_to(n, timeout=timeout)
-        except CancelledError as exc:
-            _reraise_cause(exc)
-            raise
-        return out if isinstance(out, list) else [out]
+        return self._take("up_to", n, timeout)
 
     def _stream(self, n: int) -> list[Any]:
         """What a batcher reads from an element stage: up to ``n`` elements,
         as many as are queued, waiting only while none is (a big block when
         data is plentiful, no added latency when it trickles)."""
-        self._check_started()
-        try:
-            out = self._queue.dequeue_available(n)
-        except CancelledError as exc:
-            _reraise_cause(exc)
-            raise
-        return out if isinstance(out, list) else [out]
+        return self._take("available", n, None)
 
     def dequeue(self, timeout: float | None = None) -> Any:
         """One evaluation: an element (producers) or a batch (batchers).
