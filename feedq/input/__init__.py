@@ -58,6 +58,7 @@ from ._batching import (
 from ._producers import (
     input_producer,
     limit_epochs,
+    match_filenames_once,
     range_input_producer,
     slice_input_producer,
     string_input_producer,
@@ -71,6 +72,7 @@ __all__ = [
     "batch_join",
     "input_producer",
     "limit_epochs",
+    "match_filenames_once",
     "maybe_batch",
     "maybe_batch_join",
     "maybe_shuffle_batch",

@@ -19,7 +19,8 @@ from ..pipeline import gate_ops, register_runner
 from ..queues import FIFOQueue, PaddingFIFOQueue, QueueBase
 from ..runners import QueueRunner
 from ._shuffle import ShuffleBuffer
-from ._sources import _apply_keep, _block_size, _check_spec, _Source
+from ._sources import _apply_keep, _block_size, _check_spec, _Source, check_keep_input
+from ._sparse import SparseCodec, SparseTable
 from ._stage import Stage, _reraise_cause
 
 __all__ = [
@@ -55,9 +56,13 @@ def _batcher(
         raise ValueError(f"num_threads must be >= 1, got {threads_per_source}")
     _check_spec(sources)
     first = sources[0]
+    check_keep_input(keep_input, first.enqueue_many)
     if first.shapes is None:  # pragma: no cover - _Source raises first
         raise ValueError("batch: shapes are unknown")
-    dtypes, shapes = first.dtypes, [list(s) if s is not None else None for s in first.shapes]
+    codec, stage_sparse = _sparse_codec(first, shared_name)
+    # Sparse components travel as int64 handles (see _sparse).
+    dtypes = [np.dtype(np.int64) if sp else d for d, sp in zip(first.dtypes, first.sparse)]
+    shapes = [[] if sp else (list(s) if s is not None else None) for s, sp in zip(first.shapes, first.sparse)]
     if dynamic_pad:
         out: QueueBase = PaddingFIFOQueue(capacity, dtypes, shapes, shared_name=shared_name, name=f"{name}/padding_fifo_queue")
     else:
@@ -84,11 +89,15 @@ def _batcher(
                 _reraise_cause(exc)  # an upstream failure is an error here too (X3)
                 finish()
                 raise
+            if codec is not None:
+                values = codec.rows(values, many)
             if keep_input is not None:
                 kept = _apply_keep(keep_input, values, many, per_element=not src.enqueue_many)
                 if kept is None:
                     return
                 values, many = kept
+            if codec is not None:
+                values = codec.encode(values, many)
             if shuffler is not None:
                 shuffler.put(values, many)
             elif many:
@@ -105,7 +114,32 @@ def _batcher(
     register_runner(runner)
     upstream = [u for s in sources for u in s.upstream]
     return Stage(out, runner, names=first.names, single=first.single, batch_size=int(batch_size),
-                 smaller_final=allow_smaller_final_batch, upstream=upstream)
+                 smaller_final=allow_smaller_final_batch, upstream=upstream, sparse=stage_sparse,
+                 sparse_table=None if codec is None else codec.table)
+
+
+def _sparse_codec(
+    src: _Source, shared_name: str | None
+) -> tuple[SparseCodec | None, list[tuple[np.dtype[Any], int] | None] | None]:
+    """The codec of a batcher with sparse components, and the stage's view of
+    them (values' dtype and rank per sparse component); ``(None, None)`` if
+    none is sparse."""
+    if not any(src.sparse):
+        return None, None
+    if shared_name is not None:
+        raise ValueError(
+            "batch: sparse components cannot go through a shared queue (shared_name): their "
+            "values live in the stage that enqueued them"
+        )
+    assert src.shapes is not None
+    ranks = [len(s) if s is not None else 0 for s in src.shapes]
+    labels = [
+        f"batch: component {src.names[i]!r}" if src.names is not None else f"batch: component {i}"
+        for i in range(len(src.dtypes))
+    ]
+    codec = SparseCodec(src.sparse, ranks, src.dtypes, labels, SparseTable())
+    view = [(d, r) if sp else None for d, r, sp in zip(src.dtypes, ranks, src.sparse)]
+    return codec, view
 
 
 def _nothing() -> None:

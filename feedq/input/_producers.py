@@ -6,13 +6,15 @@ a whole epoch at a time (IP2), with epochs counted in plain Python (X2).
 
 from __future__ import annotations
 
+import glob
+import os
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import numpy as np
 
-from ..errors import OutOfRangeError
+from ..errors import NotFoundError, OutOfRangeError
 from ..pipeline import gate_ops, register_runner
 from ..queues import STRING, FIFOQueue
 from ..runners import QueueRunner
@@ -22,6 +24,7 @@ from ._stage import Stage
 __all__ = [
     "input_producer",
     "limit_epochs",
+    "match_filenames_once",
     "range_input_producer",
     "slice_input_producer",
     "string_input_producer",
@@ -158,9 +161,12 @@ def string_input_producer(
 ) -> Stage:
     """A queue of strings (typically file names) for readers (IP3).
 
+    ``string_tensor`` may be the result of :func:`match_filenames_once`.
+
     Raises:
         ValueError: an empty list ("string_input_producer requires a non-null
             input tensor"), or strings that are not 1-D.
+        NotFoundError: a :func:`match_filenames_once` pattern matched nothing.
     """
     if string_tensor is None or (hasattr(string_tensor, "__len__") and len(string_tensor) == 0):
         raise ValueError("string_input_producer requires a non-null input tensor")
@@ -173,6 +179,82 @@ def string_input_producer(
     return _producer(arr, element_shape=None, num_epochs=num_epochs, shuffle=shuffle, seed=seed,
                      capacity=capacity, shared_name=shared_name, name=name or "input_producer",
                      cancel_op=cancel_op)
+
+
+class _MatchedFiles(Sequence[str]):
+    """The sorted file names matching glob patterns, listed once, on first
+    use (what :func:`match_filenames_once` returns)."""
+
+    def __init__(self, patterns: list[str], name: str | None) -> None:
+        self._patterns = patterns
+        self.name = name or "matching_filenames"
+        self._lock = threading.Lock()
+        self._matched: list[str] | None = None  # guarded by self._lock
+
+    @property
+    def patterns(self) -> list[str]:
+        """The glob patterns."""
+        return list(self._patterns)
+
+    def _files(self) -> list[str]:
+        with self._lock:
+            if self._matched is None:
+                found: list[str] = []
+                for pattern in self._patterns:
+                    found.extend(glob.glob(pattern))
+                self._matched = sorted(found)
+            matched = self._matched
+        if not matched:
+            shown = ", ".join(repr(p) for p in self._patterns)
+            raise NotFoundError(f"match_filenames_once: no files match {shown}")
+        return matched
+
+    def __len__(self) -> int:
+        return len(self._files())
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        return self._files()[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files())
+
+    def __repr__(self) -> str:
+        with self._lock:
+            state = "not listed yet" if self._matched is None else f"{len(self._matched)} files"
+        return f"match_filenames_once({self._patterns!r}: {state})"
+
+
+def match_filenames_once(pattern: Any, name: str | None = None) -> Sequence[str]:
+    """The files matching ``pattern``, listed once (TF1 ``match_filenames_once``).
+
+    The glob runs on first use (TF1 ran it when local variables were
+    initialized, before the pipeline started), and its sorted result is kept:
+    files created later are not seen. Pass the result to
+    :func:`string_input_producer`.
+
+    Args:
+        pattern: a glob pattern (``*``, ``?``, ``[...]``), or a list of them
+            (their matches are sorted together).
+        name: a name for the result.
+
+    Returns:
+        A sequence of file names.
+
+    Raises:
+        NotFoundError: on first use, when nothing matches; the message names
+            the patterns.
+    """
+    items = [pattern] if isinstance(pattern, (str, bytes, os.PathLike)) else list(pattern)
+    if not items:
+        raise ValueError("match_filenames_once needs at least one pattern")
+    patterns = [os.fsdecode(p) for p in items]
+    return _MatchedFiles(patterns, name)
 
 
 def range_input_producer(

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..queues import STRING
 from ..queues._spec import as_dtype, as_torch_free_array
+from ._sparse import is_sparse, is_sparse_spec, sparse_dtype
 from ._stage import Stage
 
 __all__: list[str] = []
@@ -52,6 +53,9 @@ class _Source:
         self.single = False
         self.dtypes: list[np.dtype[Any]] = []
         self.shapes: list[tuple[int | None, ...] | None] | None = None
+        # Per component: True for a sparse one (see _sparse); its rank is the
+        # length of its shape, whose dims may be None.
+        self.sparse: list[bool] = []
         self.evaluate: Callable[[], tuple[list[Any], bool]]
         if isinstance(tensors, Stage):
             self._init_stage(tensors, enqueue_many)
@@ -76,6 +80,13 @@ class _Source:
             raise ValueError(
                 "batch: shapes are unknown (a callable input): pass shapes=[...] (B3)"
             )
+        if not self.sparse:
+            self.sparse = [False] * len(self.dtypes)
+        for i, (sp, shape) in enumerate(zip(self.sparse, self.shapes)):
+            if sp and not shape:
+                raise ValueError(
+                    f"batch: sparse component {i} needs a shape of rank >= 1 (e.g. [None])"
+                )
 
     def _init_stage(self, stage: Stage, many: bool) -> None:
         self.upstream = [stage]
@@ -83,6 +94,7 @@ class _Source:
         # B2: one component gives a bare tensor, as a one-element list does in TF.
         self.single = stage._single or (stage.names is None and len(stage.dtypes) == 1)
         self.dtypes = stage.dtypes
+        self.sparse = stage._sparse_flags()
         if stage.batch_size is None:
             self.shapes = [None if s is None else tuple(s) for s in stage.shapes]
             if many:
@@ -112,13 +124,15 @@ class _Source:
             )
         if isinstance(dtypes, Mapping):
             self.names = sorted(dtypes)
-            self.dtypes = [as_dtype(dtypes[k]) for k in self.names]
+            declared = [dtypes[k] for k in self.names]
         elif isinstance(dtypes, (list, tuple)):
-            self.dtypes = [as_dtype(d) for d in dtypes]
-            self.single = len(self.dtypes) == 1  # B2: a one-element list gives a bare tensor
+            declared = list(dtypes)
+            self.single = len(declared) == 1  # B2: a one-element list gives a bare tensor
         else:
-            self.dtypes = [as_dtype(dtypes)]
+            declared = [dtypes]
             self.single = True
+        self.dtypes = [_component_dtype(d) for d in declared]
+        self.sparse = [is_sparse_spec(d) for d in declared]
         self.shapes = None
         names, single, many = self.names, self.single, self.enqueue_many
 
@@ -145,6 +159,7 @@ class _Source:
         getters: list[Callable[[], Any]] = []
         found: list[Any] = []
         shapes: list[tuple[int | None, ...] | None] = []
+        sparse: list[bool] = []
         for i, leaf in enumerate(leaves):
             shape: tuple[int | None, ...] | None
             if isinstance(leaf, Stage):
@@ -153,22 +168,32 @@ class _Source:
                 self.upstream.append(leaf)
                 getters.append(functools.partial(_first_component, leaf))
                 found.append(leaf.dtypes[0])
+                sparse.append(leaf._sparse_flags()[0])
                 shape = leaf.output_shapes[0]
             elif callable(leaf):
                 if not (isinstance(dtypes, (list, tuple)) and len(dtypes) == len(leaves)):
                     raise ValueError("batch: pass dtypes= (one per entry) when an entry of tensors is a callable")
                 getters.append(leaf)
-                found.append(dtypes[i])
+                found.append(_component_dtype(dtypes[i]))
+                sparse.append(is_sparse_spec(dtypes[i]))
                 shape = None
+            elif is_sparse(leaf):
+                getters.append(functools.partial(_constant, leaf))
+                values = np.asarray(leaf.values)
+                found.append(STRING if values.dtype.kind in "OSU" else values.dtype)
+                sparse.append(True)
+                shape = (None,) * len(np.asarray(leaf.dense_shape))
             else:
                 arr = as_array(leaf, "batch")
                 getters.append(functools.partial(_constant, arr))
                 found.append(STRING if arr.dtype == object else arr.dtype)
+                sparse.append(False)
                 shape = tuple(arr.shape)
             if shape is not None and self.enqueue_many:
                 shape = shape[1:] if shape else None  # rows are one level down
             shapes.append(shape)
         self.dtypes = [as_dtype(d) for d in found]
+        self.sparse = sparse
         self.shapes = None if any(s is None for s in shapes) else shapes
         many = self.enqueue_many
 
@@ -176,6 +201,11 @@ class _Source:
             return [g() for g in getters], many
 
         self.evaluate = evaluate_leaves
+
+
+def _component_dtype(declared: Any) -> np.dtype[Any]:
+    """A ``dtypes=`` entry as a dtype; a sparse one (VarLenFeature) gives its values' dtype."""
+    return sparse_dtype(declared) if is_sparse_spec(declared) else as_dtype(declared)
 
 
 def _block_size(batch_size: int) -> int:
@@ -217,6 +247,39 @@ def _check_spec(sources: list[_Source]) -> None:
                 raise TypeError(f"Expected types to be consistent: {an} vs. {bn}.")
         if first.shapes != s.shapes:
             raise ValueError(f"batch_join: shapes differ between inputs: {first.shapes} vs {s.shapes}")
+        if first.sparse != s.sparse:
+            raise ValueError(
+                f"batch_join: sparse components differ between inputs: {first.sparse} vs {s.sparse}"
+            )
+
+
+def check_keep_input(keep_input: Any, enqueue_many: bool) -> None:
+    """B12: reject a constant ``keep_input`` that can never be valid, when the
+    batcher is built rather than at its first evaluation.
+
+    A constant must be a scalar bool, or, with ``enqueue_many=True``, a bool
+    vector (one decision per row). A callable can only be checked on its
+    results (by :func:`_apply_keep`).
+
+    Raises:
+        ValueError: a non-scalar with ``enqueue_many=False``, or anything but
+            a scalar or a bool vector with ``enqueue_many=True``.
+    """
+    if keep_input is None or callable(keep_input):
+        return
+    keep = np.asarray(keep_input)
+    if not enqueue_many:
+        if keep.ndim != 0:
+            raise ValueError(
+                "maybe_batch: keep_input must be a scalar bool when enqueue_many=False, "
+                f"got shape {list(keep.shape)}"
+            )
+        return
+    if keep.ndim != 0 and (keep.dtype != np.bool_ or keep.ndim != 1):
+        raise ValueError(
+            "maybe_batch: keep_input must be a bool vector when enqueue_many=True, "
+            f"got dtype {keep.dtype} and shape {list(keep.shape)}"
+        )
 
 
 def _apply_keep(

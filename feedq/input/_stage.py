@@ -18,6 +18,7 @@ from ..errors import CancelledError, FailedPreconditionError, OutOfRangeError
 from ..pipeline import current_pipeline
 from ..queues import QueueBase, QueueStatistics
 from ..runners import QueueRunner, QueueRunnerStatistics, runner_events
+from ._sparse import SparseTable, batch_sparse
 
 if TYPE_CHECKING:
     from ._producers import _Epochs
@@ -48,7 +49,9 @@ class Stage:
 
     ``dequeue()`` returns one evaluation: an element for producers, a batch
     for batchers. Structures follow B2: a dict for dict inputs, a bare value
-    for one component, else a list.
+    for one component, else a list. A sparse component (B12, see
+    ``feedq.input._sparse``) is a :class:`feedq.readers.SparseTensorValue`
+    for the whole batch.
     """
 
     def __init__(
@@ -62,6 +65,8 @@ class Stage:
         smaller_final: bool = False,
         upstream: Sequence[Stage] = (),
         epochs: _Epochs | None = None,
+        sparse: list[tuple[np.dtype[Any], int] | None] | None = None,
+        sparse_table: SparseTable | None = None,
     ) -> None:
         self._queue = queue
         self._runner = runner
@@ -71,6 +76,10 @@ class Stage:
         self._smaller_final = smaller_final
         self._upstream = list(upstream)
         self._epochs = epochs
+        # Per component, (values' dtype, rank of one element) for a sparse
+        # one, whose queue column holds handles into _sparse_table.
+        self._sparse = sparse
+        self._sparse_table = sparse_table
         self._dropped = 0
         self._checked = False
         pipe = current_pipeline()
@@ -101,13 +110,24 @@ class Stage:
 
     @property
     def dtypes(self) -> list[np.dtype[Any]]:
-        """One dtype per component."""
-        return self._queue.dtypes
+        """One dtype per component (a sparse one's values' dtype)."""
+        if self._sparse is None:
+            return self._queue.dtypes
+        return [d if sp is None else sp[0] for d, sp in zip(self._queue.dtypes, self._sparse)]
 
     @property
     def shapes(self) -> list[tuple[int | None, ...] | None]:
-        """Shape of one element's components (without the batch dimension)."""
-        return self._queue.shapes
+        """Shape of one element's components (without the batch dimension;
+        a sparse one's dense shape, its dimensions unknown)."""
+        if self._sparse is None:
+            return self._queue.shapes
+        return [s if sp is None else (None,) * sp[1] for s, sp in zip(self._queue.shapes, self._sparse)]
+
+    def _sparse_flags(self) -> list[bool]:
+        """Per component, whether it is sparse."""
+        if self._sparse is None:
+            return [False] * len(self._queue.dtypes)
+        return [sp is not None for sp in self._sparse]
 
     @property
     def output_shapes(self) -> list[tuple[int | None, ...] | None]:
@@ -187,7 +207,20 @@ class Stage:
             raise
         if q.is_closed() and q.size() == 0:
             runner_events.notify()  # drained: a dependency on this queue is done
-        return out if isinstance(out, list) else [out]
+        cols = out if isinstance(out, list) else [out]
+        if self._sparse is not None:
+            self._decode_sparse(cols, batched=how != "one")
+        return cols
+
+    def _decode_sparse(self, cols: list[Any], batched: bool) -> None:
+        """Replace the handles of sparse components by their values: one
+        value per batch (``batched``) or the element's own."""
+        assert self._sparse is not None and self._sparse_table is not None
+        for i, sp in enumerate(self._sparse):
+            if sp is None:
+                continue
+            taken = self._sparse_table.take(cols[i])
+            cols[i] = batch_sparse(taken, sp[1], sp[0]) if batched else taken[0]
 
     def _raw(self, timeout: float | None) -> list[Any]:
         """One evaluation as a list of components (errors translated)."""
