@@ -126,7 +126,7 @@ class Stage:
     def _sparse_flags(self) -> list[bool]:
         """Per component, whether it is sparse."""
         if self._sparse is None:
-            return [False] * len(self._queue.dtypes)
+            return [False] * len(self.dtypes)
         return [sp is not None for sp in self._sparse]
 
     @property
