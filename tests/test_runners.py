@@ -574,3 +574,46 @@ def test_statistics_is_a_frozen_snapshot() -> None:
     stats = QueueRunner(make_queue(1, "s"), [lambda: None]).statistics()
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.ops_run = 1  # type: ignore[misc]
+
+
+# -- issue 10: a coordinator that is not one ---------------------------------------------------
+
+
+def test_create_threads_rejects_a_non_coordinator_before_counting_threads() -> None:
+    """A non-Coordinator is a TypeError raised before the runner counts any
+    thread, so the runner can still be started afterwards (it used to raise
+    AttributeError with its threads counted alive forever)."""
+    q = make_queue(4, "typed")
+    source = Source(q, limit=2)
+    qr = QueueRunner(q, [source.produce])
+    with pytest.raises(
+        TypeError, match=r"^coord must be a feedq\.Coordinator or None, got 'coord'$"
+    ):
+        qr.create_threads("coord", start=True)  # type: ignore[arg-type]
+    assert not qr.started
+    assert qr.statistics() == QueueRunnerStatistics(threads_alive=0, ops_run=0, exceptions=())
+    add_queue_runner(qr)
+    with pytest.raises(TypeError, match=r"^coord must be a feedq\.Coordinator or None, got 42$"):
+        start_queue_runners(coord=42)  # type: ignore[arg-type]
+    assert not qr.started and source.handed_out == 0
+    coord = Coordinator()
+    threads = start_queue_runners(coord=coord)
+    assert [t.name for t in threads] == ["feedq-runner-typed-0-produce"]
+    coord.join(stop_grace_period_secs=JOIN_TIMEOUT)
+    assert drain(q)[0] == [0, 1]
+
+
+def test_runner_threads_are_named_with_the_feedq_prefix() -> None:
+    """Every runner thread's name starts with ``feedq-runner-<queue name>-``."""
+    q = make_queue(4, "prefixed")
+
+    def done() -> None:
+        raise OutOfRangeError("nothing to add")
+
+    qr = QueueRunner(q, [Source(q, limit=1).produce, done])
+    threads = qr.create_threads(Coordinator(), start=True)
+    assert [t.name for t in threads] == [
+        "feedq-runner-prefixed-0-produce",
+        "feedq-runner-prefixed-1-done",
+    ]
+    join_or_fail(threads)
