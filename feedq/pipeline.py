@@ -9,7 +9,14 @@ manager::
         batch = feedq.shuffle_batch(read_and_decode(files), 256, 10_000, 1_000, ...)
         for x, y in batch:                          # ends cleanly at the end of data
             train_step(x, y)
-    # on exit: stop, join the threads, re-raise the first runner error
+    # on exit: stop, join the threads, close readers and feeders, re-raise
+    # the first runner error
+
+Shutdown is one story: ``request_stop`` -> runners cancelled -> threads
+joined -> owned resources closed, in reverse order of registration. The
+pipeline owns what is given to :meth:`Pipeline.closing` and what registers
+itself (readers, device feeders) while ``with pipe:`` is open
+(``feedq._scope``).
 
 Input functions (``feedq.input``) called while a pipeline is the current
 one (inside ``with pipe:`` or ``with pipe.as_default():``) add their runners
@@ -20,7 +27,8 @@ every dependency is done: a :class:`~feedq.runners.QueueRunner` or stage whose
 threads have all ended, a queue that is closed and drained, or a
 ``threading.Event`` that is set (the seed's "Control Dependencies", used to
 keep memory-hungry stages from starting early). Independent runners run in
-parallel threads (the seed's "Parallel Execution").
+parallel threads (the seed's "Parallel Execution"). A gated runner thread
+waits on a condition that runners and stages notify, not on a poll.
 """
 
 from __future__ import annotations
