@@ -742,6 +742,11 @@ def test_every_thread_feedq_starts_is_named_feedq() -> None:
         late.start()
         pipe.coord.register_thread(late)  # started first: join watches it
         b.dequeue(timeout=5)
+        from .conftest import wait_until
+
+        # The gated runner's thread starts the gate's helper when it reaches the gate.
+        wait_until(lambda: any(t.name.startswith("feedq-gate-") for t in threading.enumerate()),
+                   what="the gate's helper thread")
         seen |= {t.name for t in set(threading.enumerate()) - before}
         pipe.stop()
         seen |= {t.name for t in set(threading.enumerate()) - before}
