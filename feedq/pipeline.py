@@ -128,10 +128,12 @@ class _Gate:
     gated runner's queue releases it with CancelledError (ending the thread
     cleanly).
 
-    Waiting is event driven: the gate waits on :data:`runner_events`, which
+    Waiting is event driven: the gate waits on ``runner_events``, which
     runners and stages notify, and a helper thread (``feedq-gate-<queue>``)
     turns the setting of ``threading.Event`` dependencies into the same
-    notification; nothing polls.
+    notification. Every wait is bounded (``_GATE_RECHECK_SECS``,
+    ``_EVENT_WATCH_SLICE_SECS``), but only as a safety net: a notification,
+    not the bound, opens or cancels the gate.
     """
 
     def __init__(self, deps: list[Any], queue: Any) -> None:
