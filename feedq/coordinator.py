@@ -62,6 +62,17 @@ _StopCallback = Callable[[BaseException | None], object]
 # the bound only keeps join() from ever blocking without limit.
 _THREAD_EXIT_TIMEOUT_SECS = 5.0
 
+# A watcher thread joins its thread in slices of this length: the thread's
+# end still wakes it at once, and between slices it checks whether any
+# join() still needs it, so a watcher never outlives the joins it serves by
+# more than one slice (Thread.join cannot be woken by anything else).
+_WATCH_SLICE_SECS = 0.5
+
+# join() waits on a condition notified by every thread end and every stop;
+# it re-checks its targets at least this often anyway, so a missed
+# notification can delay it, never hang it.
+_JOIN_RECHECK_SECS = 5.0
+
 
 def _as_exc_info(ex: _StopException) -> _ExcInfo | None:
     """Normalise ``request_stop``'s argument to an exc_info triple (C4, X8).
@@ -180,6 +191,8 @@ class Coordinator:
         self._watchers: weakref.WeakKeyDictionary[threading.Thread, threading.Thread] = (
             weakref.WeakKeyDictionary()
         )  # guarded by self._lock
+        # join() calls in progress: watcher threads end when it drops to 0.
+        self._joins_in_progress = 0  # guarded by self._lock
 
     # -- stop ---------------------------------------------------------------------
 
@@ -341,7 +354,7 @@ class Coordinator:
         Register a thread before starting it: the coordinator then wraps its
         ``run()`` so that its end wakes :meth:`join` at once. A thread
         registered after it started is watched by a small helper thread
-        (named ``Coordinator-watch-<name>``) while ``join`` waits.
+        (named ``feedq-coord-watch-<name>``) while ``join`` waits.
 
         Args:
             thread: the thread.
@@ -383,11 +396,24 @@ class Coordinator:
         self._instrumented.add(thread)
 
     def _watch(self, thread: threading.Thread) -> None:
-        """Body of a watcher thread: notify join() when ``thread`` ends."""
-        thread.join()
-        with self._lock:
-            self._ended.add(thread)
-            self._changed.notify_all()
+        """Body of a watcher thread: notify join() when ``thread`` ends.
+
+        Every wait is bounded: the watcher ends when ``thread`` ends, or when
+        no :meth:`join` is in progress any more (a later join starts a new
+        watcher if it needs one).
+        """
+        me = threading.current_thread()
+        while True:
+            thread.join(_WATCH_SLICE_SECS)
+            with self._lock:
+                if not thread.is_alive():
+                    self._ended.add(thread)
+                    self._changed.notify_all()
+                    return
+                if self._joins_in_progress == 0:
+                    if self._watchers.get(thread) is me:
+                        del self._watchers[thread]
+                    return
 
     def _done(self, thread: threading.Thread) -> bool:
         """True if ``thread`` has ended or never started (lock held)."""
@@ -430,24 +456,12 @@ class Coordinator:
             raise ValueError(f"stop_grace_period_secs must be >= 0, got {stop_grace_period_secs}")
         extra = list(threads) if threads is not None else []
         with self._lock:
-            # Ordered union: given threads first, then registered ones.
-            targets = list(dict.fromkeys([*extra, *self._registered_threads]))
-            watchers = self._arm_notifications(targets)
-        for w in watchers:
-            w.start()
-
-        def all_done() -> bool:
-            return all(self._done(t) for t in targets)
-
-        with self._lock:
-            # Phase 1 (C6, C7): no time limit; a stop or a thread's end wakes us.
-            self._changed.wait_for(lambda: self._stop_event.is_set() or all_done())
-            # Phase 2: the grace period starts at the stop (C7).
-            if self._stop_event.is_set() and not all_done():
-                self._changed.wait_for(all_done, timeout=grace)
-            ended = [t for t in targets if self._done(t)]
-            stragglers = [t for t in targets if not self._done(t)]
-            ended_watchers = [self._watchers[t] for t in ended if t in self._watchers]
+            self._joins_in_progress += 1
+        try:
+            ended, stragglers, ended_watchers = self._wait_for_targets(extra, grace)
+        finally:
+            with self._lock:
+                self._joins_in_progress -= 1
 
         # Real joins, outside the lock: these threads have left run() already,
         # so each join returns at once; it makes is_alive() False for callers.
@@ -470,6 +484,39 @@ class Coordinator:
             else:
                 raise RuntimeError(f"Coordinator stopped with threads still running: {names}")
 
+    def _wait_for_targets(
+        self, extra: list[threading.Thread], grace: float
+    ) -> tuple[list[threading.Thread], list[threading.Thread], list[threading.Thread]]:
+        """Phases 1 and 2 of :meth:`join`.
+
+        Returns:
+            The targets that ended, those still alive, and the watcher
+            threads of the ended ones.
+        """
+        with self._lock:
+            # Ordered union: given threads first, then registered ones.
+            targets = list(dict.fromkeys([*extra, *self._registered_threads]))
+            watchers = self._arm_notifications(targets)
+        for w in watchers:
+            w.start()
+
+        def all_done() -> bool:
+            return all(self._done(t) for t in targets)
+
+        with self._lock:
+            # Phase 1 (C6, C7): no time limit; a stop or a thread's end wakes
+            # us. Each wait is bounded only so that a missed notification
+            # could never hang us.
+            while not (self._stop_event.is_set() or all_done()):
+                self._changed.wait(_JOIN_RECHECK_SECS)
+            # Phase 2: the grace period starts at the stop (C7).
+            if self._stop_event.is_set() and not all_done():
+                self._changed.wait_for(all_done, timeout=grace)
+            ended = [t for t in targets if self._done(t)]
+            stragglers = [t for t in targets if not self._done(t)]
+            ended_watchers = [self._watchers[t] for t in ended if t in self._watchers]
+        return ended, stragglers, ended_watchers
+
     def _arm_notifications(self, targets: list[threading.Thread]) -> list[threading.Thread]:
         """Make sure the end of every target notifies ``self._changed`` (lock held).
 
@@ -486,9 +533,10 @@ class Coordinator:
             if t in self._entered or t in self._watchers:
                 continue  # its wrapper or watcher will notify
             # Started without our wrapper (or it has not entered it yet): a
-            # helper joins it and notifies. It ends when ``t`` ends.
+            # helper joins it and notifies. It ends when ``t`` ends, or soon
+            # after the last join() in progress returns.
             w = threading.Thread(
-                target=self._watch, args=(t,), name=f"Coordinator-watch-{t.name}", daemon=True
+                target=self._watch, args=(t,), name=f"feedq-coord-watch-{t.name}", daemon=True
             )
             self._watchers[t] = w
             watchers.append(w)
@@ -504,8 +552,8 @@ class LooperThread(threading.Thread):
     registers itself with ``coord`` when constructed (L1), so
     ``coord.join()`` waits for it.
 
-    With ``timer_interval_secs=None``, ``run_loop`` is called back to back
-    until the coordinator stops. Otherwise it is called at once and then at
+    With ``timer_interval_secs=None`` or ``0``, ``run_loop`` is called back
+    to back until the coordinator stops (checked before every call). Otherwise it is called at once and then at
     ``start + k * timer_interval_secs`` on the monotonic clock: a fixed rate
     without drift, however long each call takes (L2). If a call overruns one
     or more boundaries, those are skipped and the next call happens at the
@@ -517,17 +565,18 @@ class LooperThread(threading.Thread):
 
     Args:
         coord: the coordinator.
-        timer_interval_secs: seconds between calls, or ``None`` for back to
-            back.
+        timer_interval_secs: seconds between calls, or ``None`` (or ``0``,
+            as in TF1) for back to back.
         target: the function to call; ``None`` for a subclass.
         args: positional arguments for ``target``.
         kwargs: keyword arguments for ``target``.
-        name: the thread's name; default ``LooperThread-<target name>`` (or
+        name: the thread's name; default ``feedq-looper-<target name>`` (or
             the subclass's name).
 
     Raises:
         ValueError: ``coord`` is not a Coordinator; ``args`` or ``kwargs``
-            without ``target`` (L1); ``timer_interval_secs`` not > 0.
+            without ``target`` (L1); ``timer_interval_secs`` negative, NaN
+            or infinite.
     """
 
     def __init__(
@@ -547,14 +596,14 @@ class LooperThread(threading.Thread):
             raise ValueError("'args' and 'kwargs' argument require that you also pass 'target'")
         if timer_interval_secs is not None:
             timer_interval_secs = float(timer_interval_secs)
-            if not (timer_interval_secs > 0 and math.isfinite(timer_interval_secs)):
+            if not (timer_interval_secs >= 0 and math.isfinite(timer_interval_secs)):
                 raise ValueError(
-                    f"timer_interval_secs must be a finite number > 0 or None, "
+                    f"timer_interval_secs must be a finite number >= 0 or None, "
                     f"got {timer_interval_secs}"
                 )
         if name is None:
             label = getattr(target, "__name__", None) if target is not None else None
-            name = f"LooperThread-{label or type(self).__name__}"
+            name = f"feedq-looper-{label or type(self).__name__}"
         super().__init__(name=name, daemon=True)
         self._coord = coord
         self._timer_interval_secs = timer_interval_secs
@@ -585,7 +634,7 @@ class LooperThread(threading.Thread):
         with self._coord.stop_on_exception():
             self.start_loop()
             interval = self._timer_interval_secs
-            if interval is None:
+            if not interval:  # None or 0: back to back (L2)
                 while not self._coord.should_stop():
                     self.run_loop()
             else:

@@ -9,7 +9,14 @@ manager::
         batch = feedq.shuffle_batch(read_and_decode(files), 256, 10_000, 1_000, ...)
         for x, y in batch:                          # ends cleanly at the end of data
             train_step(x, y)
-    # on exit: stop, join the threads, re-raise the first runner error
+    # on exit: stop, join the threads, close readers and feeders, re-raise
+    # the first runner error
+
+Shutdown is one story: ``request_stop`` -> runners cancelled -> threads
+joined -> owned resources closed, in reverse order of registration. The
+pipeline owns what is given to :meth:`Pipeline.closing` and what registers
+itself (readers, device feeders) while ``with pipe:`` is open
+(``feedq._scope``).
 
 Input functions (``feedq.input``) called while a pipeline is the current
 one (inside ``with pipe:`` or ``with pipe.as_default():``) add their runners
@@ -20,7 +27,8 @@ every dependency is done: a :class:`~feedq.runners.QueueRunner` or stage whose
 threads have all ended, a queue that is closed and drained, or a
 ``threading.Event`` that is set (the seed's "Control Dependencies", used to
 keep memory-hungry stages from starting early). Independent runners run in
-parallel threads (the seed's "Parallel Execution").
+parallel threads (the seed's "Parallel Execution"). A gated runner thread
+waits on a condition that runners and stages notify, not on a poll.
 """
 
 from __future__ import annotations
@@ -28,12 +36,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
+from ._scope import closing_scope
 from .coordinator import Coordinator
 from .errors import CancelledError
 from .queues import QueueBase
-from .runners import QueueRunner, add_queue_runner
+from .runners import QueueRunner, add_queue_runner, runner_events
 
 __all__ = ["Pipeline", "control_dependencies", "current_pipeline"]
 
@@ -101,30 +111,89 @@ def _done_check(dep: Any) -> Callable[[], bool]:
     )
 
 
+# Runners and stages notify ``runner_events`` when a runner thread ends, a
+# runner is stopped or a stage runs dry, so a gate wakes at once. A queue
+# closed or drained by user code directly notifies nobody: a gate re-checks
+# at least this often, so such a change is noticed late, never missed.
+_GATE_RECHECK_SECS = 1.0
+
+# A threading.Event cannot notify us: a gate's helper thread waits on it in
+# slices this long, notifying ``runner_events`` when it is set, and ends
+# within one slice once the gate no longer waits.
+_EVENT_WATCH_SLICE_SECS = 0.5
+
+
 class _Gate:
     """Holds an op back until its dependencies are done; a cancel of the
     gated runner's queue releases it with CancelledError (ending the thread
-    cleanly)."""
+    cleanly).
 
-    # Dependencies signal in different ways (events, runner ends, queue
-    # drains); a short bounded wait between checks keeps this simple and
-    # only ever runs before a gated runner's first op.
-    _CHECK_INTERVAL = 0.01
+    Waiting is event driven: the gate waits on ``runner_events``, which
+    runners and stages notify, and a helper thread (``feedq-gate-<queue>``)
+    turns the setting of ``threading.Event`` dependencies into the same
+    notification. Every wait is bounded (``_GATE_RECHECK_SECS``,
+    ``_EVENT_WATCH_SLICE_SECS``), but only as a safety net: a notification,
+    not the bound, opens or cancels the gate.
+    """
 
     def __init__(self, deps: list[Any], queue: Any) -> None:
         self._checks = [_done_check(d) for d in deps]
+        self._events = [d for d in deps if isinstance(d, threading.Event)]
         self._queue = queue
         self._open = threading.Event()
+        self._lock = threading.Lock()
+        self._waiters = 0  # threads in wait(); guarded by self._lock
+        self._watcher: threading.Thread | None = None  # guarded by self._lock
+
+    def _done(self) -> bool:
+        return all(check() for check in self._checks)
+
+    def _released(self) -> bool:
+        return self._done() or self._queue.is_closed()
 
     def wait(self) -> None:
-        while not self._open.is_set():
-            if all(check() for check in self._checks):
+        """Return once the dependencies are done.
+
+        Raises:
+            CancelledError: the gated queue was closed or cancelled first.
+        """
+        if self._open.is_set():
+            return
+        with self._lock:
+            self._waiters += 1
+            self._start_watcher()
+        try:
+            while not runner_events.wait_for(self._released, _GATE_RECHECK_SECS):
+                pass
+            if self._done():
                 self._open.set()
                 return
-            stats = self._queue.statistics()
-            if stats.cancelled or stats.closed:
-                raise CancelledError(f"queue '{self._queue.name}' was closed before its dependencies were done")
-            self._open.wait(self._CHECK_INTERVAL)
+            raise CancelledError(
+                f"queue '{self._queue.name}' was closed before its dependencies were done"
+            )
+        finally:
+            with self._lock:
+                self._waiters -= 1
+
+    def _start_watcher(self) -> None:
+        """Start the Event helper if an Event dependency is pending (lock held)."""
+        if self._watcher is not None or not any(not e.is_set() for e in self._events):
+            return
+        self._watcher = threading.Thread(
+            target=self._watch_events, name=f"feedq-gate-{self._queue.name}", daemon=True
+        )
+        self._watcher.start()
+
+    def _watch_events(self) -> None:
+        """Helper thread: notify ``runner_events`` as the Event dependencies
+        are set; end once they all are, or once no thread waits at the gate."""
+        for event in self._events:
+            while not event.wait(_EVENT_WATCH_SLICE_SECS):
+                with self._lock:
+                    if self._waiters == 0:
+                        self._watcher = None  # a later wait() starts a new one
+                        return
+            runner_events.notify()
 
 
 def gate_ops(ops: Sequence[Callable[[], Any]], queue: Any) -> list[Callable[[], Any]]:
@@ -182,7 +251,14 @@ class Pipeline:
         self._runners: list[QueueRunner] = []  # guarded by self._lock
         self._threads: list[threading.Thread] = []  # guarded by self._lock
         self._running = False  # guarded by self._lock
+        # What the pipeline closes after joining its threads: objects given
+        # to closing(), and those that registered themselves with the
+        # closing scope open during ``with pipe:`` (feedq._scope). One list,
+        # so they close in reverse order of registration, whichever way they
+        # came. The scope appends to it without our lock (list.append is
+        # atomic); _close_all takes it whole under the lock.
         self._closeables: list[Any] = []  # guarded by self._lock
+        self._scope: contextlib.AbstractContextManager[list[Any]] | None = None  # guarded by self._lock
 
     @property
     def runners(self) -> list[QueueRunner]:
@@ -213,6 +289,10 @@ class Pipeline:
         """Close ``obj`` (anything with ``close()``, e.g. a reader) when the
         pipeline exits, after its threads are joined, even on an error.
 
+        Readers and device feeders created inside ``with pipe:`` register
+        themselves the same way (:func:`feedq._scope.register_closeable`);
+        everything registered is closed in reverse order of registration.
+
         Returns:
             ``obj``, so ``reader = pipe.closing(TextLineReader())`` reads well.
         """
@@ -224,7 +304,8 @@ class Pipeline:
 
     def _close_all(self) -> None:
         with self._lock:
-            items, self._closeables = self._closeables, []
+            items = list(self._closeables)
+            self._closeables.clear()  # the same list the open scope fills
         errors: list[BaseException] = []
         for obj in reversed(items):
             try:
@@ -260,32 +341,58 @@ class Pipeline:
         self.coord.request_stop(ex)
 
     def join(self) -> None:
-        """Wait for the runner threads; re-raise the first runner error."""
-        self.coord.join(self.threads, stop_grace_period_secs=self.stop_grace_period_secs)
+        """Wait for the runner threads; re-raise the first runner error.
 
-    def __enter__(self) -> Pipeline:
+        Then, whether the threads ended or not, close what the pipeline owns
+        (:meth:`closing`, and readers and feeders created inside ``with
+        pipe:``), in reverse order of registration: resources go after the
+        threads that use them.
+        """
+        try:
+            self.coord.join(self.threads, stop_grace_period_secs=self.stop_grace_period_secs)
+        finally:
+            self._close_all()
+
+    def __enter__(self) -> Self:
         stack = _stack("pipelines")
         stack.append(self)
+        scope = closing_scope()
+        taken = scope.__enter__()
+        with self._lock:
+            taken.extend(self._closeables)  # closing() calls made before the block
+            self._closeables = taken
+            self._scope = scope
         try:
             self.start()
         except BaseException:
             stack.remove(self)
+            self._leave_scope()
             raise
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+    def _leave_scope(self) -> None:
+        """Stop taking registrations (the registered objects stay ours)."""
+        with self._lock:
+            scope, self._scope = self._scope, None
+        if scope is not None:
+            scope.__exit__(None, None, None)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         stack = _stack("pipelines")
         if self in stack:
             stack.remove(self)
+        self._leave_scope()
         self.coord.request_stop()
         try:
-            self.join()
+            self.join()  # joins the threads, then closes what we own
         except BaseException as join_error:
             if exc is None or join_error is not exc:
                 raise
-        finally:
-            # Readers and other resources go after the threads that use them.
-            self._close_all()
 
     def __iter__(self) -> Iterator[Any]:
         if self.output is None:

@@ -77,6 +77,39 @@ QUEUE_RUNNERS = "queue_runners"
 _Op = Callable[[], object]
 
 
+class RunnerEvents:
+    """A process-wide condition notified when runners make the kind of
+    progress a control dependency waits for.
+
+    It is notified (``notify_all``) when a runner thread ends, after its
+    accounting (so ``statistics().threads_alive`` is already lower), when a
+    runner's stop callback has cancelled its queue, and by
+    :class:`feedq.Stage` when a consumer finds a stage's queue closed and
+    drained. ``feedq.pipeline``'s control-dependency gates wait on it instead
+    of polling. Internal: not part of the public API.
+    """
+
+    def __init__(self) -> None:
+        # Notified by notify(); waited on by wait_for(). Held only briefly,
+        # never while a runner's or a queue's lock is held by the notifier.
+        self._cond = threading.Condition(threading.Lock())
+
+    def notify(self) -> None:
+        """Wake every waiter so it re-checks its predicate."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate()`` is true (checked at each notification),
+        at most ``timeout`` seconds; its last value."""
+        with self._cond:
+            return self._cond.wait_for(predicate, timeout)
+
+
+#: The one :class:`RunnerEvents` of the process.
+runner_events = RunnerEvents()
+
+
 class _Queue(Protocol):
     """What a runner needs of a queue (see ``docs/queue-api.md``)."""
 
@@ -269,8 +302,8 @@ class QueueRunner:
     ) -> list[threading.Thread]:
         """Create (and optionally start) one thread per enqueue op (QR2, QR3).
 
-        Threads are named ``QueueRunnerThread-<queue name>-<op name>`` (the
-        op's ``__name__``). With a coordinator, the threads are registered
+        Threads are named ``feedq-runner-<queue name>-<i>-<op name>`` (``i``
+        the op's index, the op's ``__name__``). With a coordinator, the threads are registered
         with it, and a stop callback runs the cancel op when it stops; if it
         is already stopped the cancel op runs now and the threads end
         without calling their op (QR4).
@@ -283,7 +316,13 @@ class QueueRunner:
         Returns:
             The threads; ``[]`` if threads of an earlier call have not all
             ended yet (QR3), in which case nothing is created or started.
+
+        Raises:
+            TypeError: ``coord`` is neither a :class:`Coordinator` nor
+                ``None``; nothing is created, and the runner can still be
+                started later.
         """
+        _check_coord(coord)
         with self._lock:
             if self._live_threads > 0:
                 return []
@@ -296,10 +335,10 @@ class QueueRunner:
             threading.Thread(
                 target=self._run,
                 args=(op, coord),
-                name=f"QueueRunnerThread-{self.name}-{_op_name(op)}",
+                name=f"feedq-runner-{self.name}-{i}-{_op_name(op)}",
                 daemon=daemon,
             )
-            for op in self._enqueue_ops
+            for i, op in enumerate(self._enqueue_ops)
         ]
         if coord is not None:
             for t in threads:
@@ -321,6 +360,7 @@ class QueueRunner:
                 self._queue.cancel(cause)
         except Exception:  # noqa: BLE001 - errors of close/cancel ops are ignored (QR5, QR7)
             _LOG.debug("Ignored exception from the cancel op of %r", self, exc_info=True)
+        runner_events.notify()  # a gate holding this runner back can give up now
 
     def _run(self, op: _Op, coord: Coordinator | None) -> None:
         """Body of a runner thread (QR4–QR6)."""
@@ -344,6 +384,7 @@ class QueueRunner:
             if not ended:
                 with self._lock:
                     self._live_threads -= 1
+            runner_events.notify()  # after the accounting: gates see it done
 
     def _end_on_closed(self, exc: FeedqError) -> None:
         """A queue is closed: end this thread cleanly (QR5, X7).
@@ -393,6 +434,11 @@ class QueueRunner:
         except Exception:  # noqa: BLE001 - C8: request_stop re-raises exc after join()
             # The coordinator was already joined (C8): nobody else will see it.
             _LOG.error("Exception in QueueRunner after Coordinator.join(): %s", exc, exc_info=exc)
+
+
+def _check_coord(coord: object) -> None:
+    if coord is not None and not isinstance(coord, Coordinator):
+        raise TypeError(f"coord must be a feedq.Coordinator or None, got {coord!r}")
 
 
 # -- collections ---------------------------------------------------------------------
@@ -454,7 +500,12 @@ def start_queue_runners(
     Returns:
         All threads created, concatenated in runner order; ``[]`` with a
         ``UserWarning`` when the collection is empty.
+
+    Raises:
+        TypeError: ``coord`` is neither a :class:`Coordinator` nor ``None``
+            (no runner is started).
     """
+    _check_coord(coord)  # before any runner counts threads as started
     runners = get_queue_runners(collection)
     if not runners:
         warnings.warn(

@@ -562,12 +562,12 @@ def test_l1_validation_and_registration() -> None:
     ):
         LooperThread(coord, 1.0, args=(1,))
     with pytest.raises(
-        ValueError, match=r"^timer_interval_secs must be a finite number > 0 or None, got 0.0$"
+        ValueError, match=r"^timer_interval_secs must be a finite number >= 0 or None, got -1.0$"
     ):
-        LooperThread(coord, 0)
+        LooperThread(coord, -1)
     looper = LooperThread(coord, None, target=coord.request_stop)
     assert looper.daemon
-    assert looper.name == "LooperThread-request_stop"
+    assert looper.name == "feedq-looper-request_stop"
     looper.start()  # it stops the coordinator on its first call
     coord.join()  # registered on construction: joined here
     assert not looper.is_alive()
@@ -619,7 +619,7 @@ def test_l2_back_to_back_and_hook_order() -> None:
             events.append("stop")
 
     looper = Looper(coord, None)
-    assert looper.name == "LooperThread-Looper"
+    assert looper.name == "feedq-looper-Looper"
     looper.start()
     coord.join()
     assert events == ["start", "run", "run", "run", "stop"]
@@ -690,3 +690,56 @@ def test_l4_loop_starts_and_returns_the_thread() -> None:
     coord.request_stop()
     coord.join(stop_grace_period_secs=JOIN_TIMEOUT)
     assert not looper.is_alive()
+
+
+# -- issue 10/11: LooperThread interval 0, bounded watchers, thread names -------------------
+
+
+def test_l2_interval_zero_runs_back_to_back_until_stop() -> None:
+    """L2/L4: ``timer_interval_secs=0`` is accepted, as in TF1: run_loop is
+    called back to back, and the stop is checked before every call."""
+    coord = Coordinator()
+    calls: list[int] = []
+
+    def tick() -> None:
+        calls.append(len(calls))
+        if len(calls) == 5:
+            coord.request_stop()
+
+    looper = LooperThread.loop(coord, 0, target=tick)
+    assert looper.name == "feedq-looper-tick"
+    coord.join(stop_grace_period_secs=JOIN_TIMEOUT)
+    assert calls == [0, 1, 2, 3, 4]  # no call after the stop
+    assert not looper.is_alive()
+
+
+def test_c10_watcher_of_a_straggler_ends_after_join_gives_up() -> None:
+    """C6/C10: join() never waits without a bound on its helpers: the watcher
+    of a thread registered after it started (``feedq-coord-watch-<name>``)
+    ends soon after join() returned, although that thread still runs."""
+    coord = Coordinator()
+    release = threading.Event()
+    t = spawn(release.wait, 2 * JOIN_TIMEOUT, name="c10-straggler")
+    coord.register_thread(t)
+    errors: list[BaseException] = []
+
+    def joiner() -> None:
+        try:
+            coord.join(stop_grace_period_secs=0.05)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    j = spawn(joiner, name="c10-joiner")
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    watchers: list[threading.Thread] = []
+    while not watchers:  # no event tells us the watcher started: look for it
+        assert time.monotonic() < deadline, "no watcher thread started"
+        watchers = [w for w in threading.enumerate() if w.name == "feedq-coord-watch-c10-straggler"]
+        time.sleep(0.001)
+    coord.request_stop()
+    join_or_fail(j)
+    assert [str(e) for e in errors] == ["Coordinator stopped with threads still running: c10-straggler"]
+    join_or_fail(*watchers)  # ended on its own, within one watch slice
+    assert t.is_alive()  # ...while the watched thread still runs
+    release.set()
+    join_or_fail(t)

@@ -296,11 +296,10 @@ def test_b12_maybe_batch_keep_input() -> None:
         first = b.dequeue(timeout=5)
         assert set(first.tolist()) <= {0, 2, 4}
         feedq.current_pipeline().stop()
-    with pytest.raises(ValueError, match="scalar bool"):
-        with feedq.Pipeline():
-            bad = feedq.maybe_batch([np.arange(3)], lambda v: np.array([True, False]), 2)
-            with pytest.raises(ValueError, match="scalar bool"):
-                bad.dequeue(timeout=5)  # the runner's error reaches the consumer (X3)
+    with pytest.raises(ValueError, match="scalar bool"), feedq.Pipeline():
+        bad = feedq.maybe_batch([np.arange(3)], lambda v: np.array([True, False]), 2)
+        with pytest.raises(ValueError, match="scalar bool"):
+            bad.dequeue(timeout=5)  # the runner's error reaches the consumer (X3)
 
 
 def test_b13_end_to_end_reference(tmp_path) -> None:
@@ -344,15 +343,14 @@ def test_x3_producer_error_reaches_consumer_with_traceback() -> None:
             raise KeyError("bad record 5")
         return count[0]
 
-    with pytest.raises(KeyError, match="bad record 5"):
-        with feedq.Pipeline():
-            b = feedq.batch(flaky, 2, dtypes=np.int64, shapes=[[]])
-            seen = []
-            with pytest.raises(KeyError) as info:
-                for x in b:
-                    seen.extend(x.tolist())
-            assert "flaky" in "".join(__import__("traceback").format_tb(info.value.__traceback__))
-            assert seen == [1, 2, 3, 4]
+    with pytest.raises(KeyError, match="bad record 5"), feedq.Pipeline():
+        b = feedq.batch(flaky, 2, dtypes=np.int64, shapes=[[]])
+        seen = []
+        with pytest.raises(KeyError) as info:
+            for x in b:
+                seen.extend(x.tolist())
+        assert "flaky" in "".join(__import__("traceback").format_tb(info.value.__traceback__))
+        assert seen == [1, 2, 3, 4]
     # ...and Pipeline.__exit__ re-raised it from join(), as TF's coord.join does.
 
 
@@ -369,13 +367,12 @@ def test_x3_error_in_one_of_several_threads_travels_down_two_stages() -> None:
         return n
 
     pipe = feedq.Pipeline()
-    with pytest.raises(RuntimeError, match="thread failed"):
-        with pipe:
-            first = feedq.batch(src, 4, num_threads=3, dtypes=np.int64, shapes=[[]])
-            second = feedq.batch(first, 3, enqueue_many=True)
-            with pytest.raises(RuntimeError, match="thread failed"):
-                for _ in second:
-                    pass
+    with pytest.raises(RuntimeError, match="thread failed"), pipe:
+        first = feedq.batch(src, 4, num_threads=3, dtypes=np.int64, shapes=[[]])
+        second = feedq.batch(first, 3, enqueue_many=True)
+        with pytest.raises(RuntimeError, match="thread failed"):
+            for _ in second:
+                pass
 
 
 def test_x5_stop_wakes_blocked_runners_and_consumers() -> None:
@@ -438,9 +435,8 @@ def test_control_dependencies_postpone_a_runner() -> None:
         gate.set()
         assert [int(v) for v in later] == [0, 1]
         del pipe
-    with pytest.raises(TypeError):
-        with feedq.control_dependencies([42]):
-            pass
+    with pytest.raises(TypeError), feedq.control_dependencies([42]):
+        pass
 
 
 def test_control_dependencies_gate_released_by_stop() -> None:
@@ -538,3 +534,416 @@ def test_pipeline_closing_closes_readers_after_join(tmp_path) -> None:
     assert not [n for n in left if n.startswith("feedq-inflate")], left
     with pytest.raises(TypeError, match="no close"):
         pipe.closing(object())
+
+
+# -- issue 11: the package, keyword forwarding, the shuffle buffer ----------------------------
+
+
+def test_input_is_a_package_of_small_modules_with_public_paths() -> None:
+    """feedq.input is a package of private modules of one idea each (none
+    over 600 lines); public names keep their paths and report them."""
+    import pathlib
+
+    import feedq.input as finput
+
+    package = pathlib.Path(finput.__file__).parent
+    sizes = {p.name: len(p.read_text().splitlines()) for p in package.glob("*.py")}
+    assert {"_stage.py", "_producers.py", "_sources.py", "_shuffle.py", "_batching.py"} <= set(sizes)
+    assert max(sizes.values()) <= 600, sizes
+    for name in finput.__all__:
+        obj = getattr(finput, name)
+        assert getattr(feedq, name) is obj
+        assert obj.__module__ == "feedq.input", name
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "target", "args"),
+    [
+        ("batch", "maybe_batch", ([np.arange(4)], 2)),
+        ("batch_join", "maybe_batch_join", ([[np.arange(4)]], 2)),
+        ("shuffle_batch", "maybe_shuffle_batch", ([np.arange(4)], 2, 10, 2)),
+        ("shuffle_batch_join", "maybe_shuffle_batch_join", ([[np.arange(4)]], 2, 10, 2)),
+    ],
+)
+def test_wrappers_forward_every_argument_by_keyword(
+    monkeypatch: pytest.MonkeyPatch, wrapper: str, target: str, args: tuple
+) -> None:
+    from feedq.input import _batching
+
+    calls: list[tuple[tuple, dict]] = []
+    monkeypatch.setattr(_batching, target, lambda *a, **k: calls.append((a, k)))
+    getattr(feedq.input, wrapper)(*args, name="w")
+    [(positional, keywords)] = calls
+    assert positional == ()
+    assert keywords["keep_input"] is None and keywords["name"] == "w"
+
+
+def test_shuffle_buffer_draws_full_batches_and_drains_at_the_end() -> None:
+    """ShuffleBuffer: keeps min_after_dequeue elements, moves whole batches to
+    `out`, and the last writer empties it; every element exactly once."""
+    from feedq.input._shuffle import ShuffleBuffer
+
+    out = feedq.FIFOQueue(100, [np.int64], shapes=[[]])
+    buf = ShuffleBuffer(out, batch_size=4, min_after_dequeue=5, seed=3, writers=2,
+                        dtypes=[np.dtype(np.int64)], shapes=[[]], name="t")
+    buf.put([np.arange(8)], many=True)
+    assert (out.size(), buf.queue.size()) == (0, 8)  # 8 < 5 + 4: nothing drawn yet
+    buf.put([np.arange(8, 12)], many=True)
+    assert out.size() % 4 == 0 and out.size() + buf.queue.size() == 12
+    assert buf.queue.size() >= 5
+    buf.put([np.int64(12)], many=False)
+    buf.writer_done()
+    assert buf.queue.size() + out.size() == 13  # one writer is still running
+    buf.writer_done()
+    assert buf.queue.size() == 0 and buf.queue.is_closed()
+    got = out.dequeue_many(out.size(), timeout=0).tolist()
+    assert sorted(got) == list(range(13)) and got != list(range(13))
+
+
+# -- issue 11: the pipeline owns shutdown ---------------------------------------------------------
+
+
+class _Closeable:
+    """A stand-in for a reader or device feeder: registers itself with the
+    open closing scope, and records what it sees when it is closed."""
+
+    def __init__(self, name: str, log: list, threads: list[threading.Thread] | None = None,
+                 register: bool = True) -> None:
+        from feedq._scope import register_closeable
+
+        self.name, self._log, self._threads = name, log, threads
+        self.registered = register_closeable(self) if register else False
+
+    def close(self) -> None:
+        alive = [t.name for t in (self._threads or []) if t.is_alive()]
+        self._log.append((self.name, alive))
+
+
+def test_pipeline_closes_registered_objects_after_join_in_reverse_order() -> None:
+    """Objects created in `with pipe:` that register themselves, and those
+    given to pipe.closing(), close in reverse order of registration, after
+    every runner thread has ended."""
+    log: list = []
+    pipe = feedq.Pipeline()
+    early = pipe.closing(_Closeable("early", log, register=False))
+    with pipe:
+        s = feedq.range_input_producer(5, name="forever")  # keeps running until the stop
+        threads = pipe.threads
+        first = _Closeable("first", log, threads)
+        pipe.closing(_Closeable("given", log, threads, register=False))
+        second = _Closeable("second", log, threads)
+        assert first.registered and second.registered and not early.registered
+        s.dequeue(timeout=5)
+        assert log == []
+    assert log == [("second", []), ("given", []), ("first", []), ("early", [])]
+    outside = _Closeable("outside", log)
+    assert not outside.registered  # no scope once the block has ended
+
+
+def test_pipeline_join_closes_what_it_owns_after_an_explicit_stop() -> None:
+    log: list = []
+    pipe = feedq.Pipeline()
+    with pipe.as_default():
+        feedq.range_input_producer(3)
+    pipe.closing(_Closeable("reader", log, pipe.threads, register=False))
+    pipe.start()
+    pipe.stop()
+    pipe.join()
+    assert log == [("reader", [])]
+
+
+def test_pipeline_close_errors_do_not_stop_the_others() -> None:
+    log: list = []
+
+    class Failing:
+        def close(self) -> None:
+            log.append("failing")
+            raise OSError("disk gone")
+
+    with pytest.raises(OSError, match=r"^disk gone$"), feedq.Pipeline() as pipe:
+        _Closeable("a", log)
+        pipe.closing(Failing())
+        _Closeable("b", log)
+    assert log == [("b", []), "failing", ("a", [])]
+
+
+# -- issue 11: control-dependency gates wait on events -----------------------------------------
+
+
+@pytest.fixture
+def no_gate_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the gate's safety re-check far longer than any test: a gate that
+    opens in time was woken by a notification, not by a poll."""
+    from feedq import pipeline
+
+    monkeypatch.setattr(pipeline, "_GATE_RECHECK_SECS", 60.0)
+
+
+@pytest.mark.usefixtures("no_gate_recheck")
+def test_gate_opens_when_the_runner_it_waits_for_ends() -> None:
+    with feedq.Pipeline():
+        first = feedq.range_input_producer(3, num_epochs=1, shuffle=False, name="first")
+        with feedq.control_dependencies([first.runner]):
+            later = feedq.range_input_producer(2, num_epochs=1, shuffle=False, name="later")
+        # first's runner ends after enqueuing its one epoch, without a consumer.
+        assert [int(later.dequeue(timeout=5)), int(later.dequeue(timeout=5))] == [0, 1]
+        assert first.statistics().runner.threads_alive == 0
+        assert [int(v) for v in first] == [0, 1, 2]
+
+
+@pytest.mark.usefixtures("no_gate_recheck")
+def test_gate_opens_when_the_queue_it_waits_for_is_drained() -> None:
+    with feedq.Pipeline():
+        first = feedq.range_input_producer(3, num_epochs=1, shuffle=False, name="first")
+        with feedq.control_dependencies([first.queue]):
+            later = feedq.range_input_producer(2, num_epochs=1, shuffle=False, name="later")
+        assert [int(v) for v in first] == [0, 1, 2]  # drained and closed
+        assert [int(v) for v in later] == [0, 1]
+
+
+@pytest.mark.usefixtures("no_gate_recheck")
+def test_gate_opens_when_the_event_is_set_and_a_stop_releases_it() -> None:
+    go, never = threading.Event(), threading.Event()
+    pipe = feedq.Pipeline(stop_grace_period_secs=5)
+    with pipe:
+        with feedq.control_dependencies([go]):
+            later = feedq.range_input_producer(2, num_epochs=1, shuffle=False, name="later")
+        with feedq.control_dependencies([never]):
+            held = feedq.range_input_producer(2, num_epochs=1, name="held")
+        with pytest.raises(feedq.errors.DeadlineExceededError):
+            later.dequeue(timeout=0.05)
+        go.set()
+        assert [int(v) for v in later] == [0, 1]
+        assert held.queue.size() == 0
+    # The exit's stop released the gate on `never` (join would have named
+    # the thread otherwise); its helper thread ends within one slice.
+    assert not [t for t in pipe.threads if t.is_alive()]
+    from .conftest import wait_until
+
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("feedq-gate-")],
+               what="the gate helpers to end")
+
+
+# -- issue 11: thread names -------------------------------------------------------------------------
+
+
+def test_every_thread_feedq_starts_is_named_feedq() -> None:
+    before = set(threading.enumerate())
+    seen: set[str] = set()
+    never = threading.Event()
+    pipe = feedq.Pipeline(stop_grace_period_secs=5)
+    with pipe:
+        s = feedq.slice_input_producer([np.arange(100)], num_epochs=None)
+        b = feedq.shuffle_batch(s, 4, capacity=40, min_after_dequeue=10, num_threads=2)
+        with feedq.control_dependencies([never]):
+            feedq.range_input_producer(3)
+        feedq.LooperThread.loop(pipe.coord, 0.01, target=lambda: None)
+        late = threading.Thread(target=never.wait, args=(5,), name="user-late")
+        late.start()
+        pipe.coord.register_thread(late)  # started first: join watches it
+        b.dequeue(timeout=5)
+        from .conftest import wait_until
+
+        # The gated runner's thread starts the gate's helper when it reaches the gate.
+        wait_until(lambda: any(t.name.startswith("feedq-gate-") for t in threading.enumerate()),
+                   what="the gate's helper thread")
+        seen |= {t.name for t in set(threading.enumerate()) - before}
+        pipe.stop()
+        seen |= {t.name for t in set(threading.enumerate()) - before}
+        never.set()  # lets the user's thread end
+    ours = sorted(n for n in seen if n != "user-late")
+    assert ours and all(n.startswith("feedq-") for n in ours), ours
+    assert any(n.startswith("feedq-runner-") for n in ours)
+    assert any(n.startswith("feedq-looper-") for n in ours)
+    assert any(n.startswith("feedq-gate-") for n in ours)
+
+
+# -- issue 10: keep_input, match_filenames_once, sparse components -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: feedq.maybe_batch([np.arange(3)], np.array([True, False]), 2),
+         r"scalar bool when enqueue_many=False, got shape \[2\]$"),
+        (lambda: feedq.maybe_batch([np.arange(6)], np.ones((2, 3), bool), 2, enqueue_many=True),
+         r"bool vector when enqueue_many=True, got dtype bool and shape \[2, 3\]$"),
+        (lambda: feedq.maybe_shuffle_batch([np.arange(3)], 2, 10, 2, keep_input=[True, True]),
+         r"scalar bool when enqueue_many=False, got shape \[2\]$"),
+        (lambda: feedq.maybe_batch_join([[np.arange(3)]], [[True]], 2),
+         r"scalar bool when enqueue_many=False, got shape \[1, 1\]$"),
+        (lambda: feedq.maybe_shuffle_batch_join([[np.arange(3)]], 2, 10, 2, keep_input=np.zeros((1, 1), bool),
+                                                enqueue_many=True),
+         r"bool vector when enqueue_many=True, got dtype bool and shape \[1, 1\]$"),
+    ],
+)
+def test_b12_invalid_constant_keep_input_fails_when_built(build, message: str) -> None:
+    with pytest.raises(ValueError, match=r"^maybe_batch: keep_input must be a " + message):
+        build()
+    assert feedq.get_queue_runners() == []  # nothing was built
+
+
+def test_match_filenames_once_feeds_string_input_producer(tmp_path) -> None:
+    pattern = str(tmp_path / "*.txt")
+    files = feedq.match_filenames_once(pattern)
+    assert feedq.input.match_filenames_once is feedq.match_filenames_once
+    for n in ["b.txt", "a.txt", "c.csv"]:  # written after the call, before the first use
+        (tmp_path / n).write_text(n)
+    expected = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    with feedq.Pipeline():
+        s = feedq.string_input_producer(files, num_epochs=1, shuffle=False)
+        assert [bytes(v).decode() for v in s] == expected
+    (tmp_path / "d.txt").write_text("later")
+    assert list(files) == expected and len(files) == 2  # listed once
+    both = feedq.match_filenames_once([str(tmp_path / "*.csv"), pattern])
+    assert list(both) == sorted([str(tmp_path / "c.csv"), *expected, str(tmp_path / "d.txt")])
+
+
+def test_match_filenames_once_without_a_match_names_the_pattern(tmp_path) -> None:
+    pattern = str(tmp_path / "*.nothing")
+    files = feedq.match_filenames_once(pattern)  # not listed yet: no error
+    with pytest.raises(feedq.errors.NotFoundError,
+                       match=r"^match_filenames_once: no files match '.*\*\.nothing'$"):
+        feedq.string_input_producer(files)
+    assert feedq.get_queue_runners() == []
+
+
+def _tagged_records(n: int) -> list[bytes]:
+    """Serialized Examples: record i has label i and tags 10*i .. 10*i + i%4 - 1
+    (none when i % 4 == 0: the feature is then absent)."""
+    from feedq import readers
+
+    out = []
+    for i in range(n):
+        feats = {"label": np.array([i], np.int64)}
+        if i % 4:
+            feats["tags"] = np.arange(10 * i, 10 * i + i % 4, dtype=np.int64)
+        out.append(readers.serialize_example(feats))
+    return out
+
+
+def _tags_of(label: int) -> list[int]:
+    return list(range(10 * label, 10 * label + label % 4))
+
+
+def _record_reader(records: list[bytes]):
+    """A callable parsing one record per call (VarLenFeature -> sparse), then OutOfRange."""
+    from feedq import readers
+
+    features = {"tags": readers.VarLenFeature(np.int64), "label": readers.FixedLenFeature([], np.int64)}
+    it = iter(records)
+    lock = threading.Lock()
+
+    def read() -> dict:
+        with lock:
+            try:
+                rec = next(it)
+            except StopIteration:
+                raise OutOfRangeError("no more records") from None
+        return readers.parse_single_example(rec, features)
+
+    return read
+
+
+SPARSE_DTYPES = {"tags": __import__("feedq").readers.VarLenFeature(np.int64), "label": np.int64}
+SPARSE_SHAPES = {"tags": [None], "label": []}
+
+
+def _expected_sparse(labels: list[int]) -> tuple[list[list[int]], list[int], list[int]]:
+    """TF1's batched SparseTensor of the tags of `labels`: indices, values, dense_shape."""
+    rows = [_tags_of(v) for v in labels]
+    indices = [[r, j] for r, row in enumerate(rows) for j in range(len(row))]
+    values = [x for row in rows for x in row]
+    return indices, values, [len(rows), max((len(r) for r in rows), default=0)]
+
+
+def test_b12_sparse_component_batched_as_one_sparse_value() -> None:
+    """A VarLenFeature result through batch(): one SparseTensorValue per batch,
+    indices [row, position], values in order, dense_shape [batch, max len]
+    (TF1's batching of a SparseTensor; the layout was compared by hand with
+    TF 2.21's compat.v1 train.batch)."""
+    from feedq import readers
+
+    with feedq.Pipeline():
+        b = feedq.batch(_record_reader(_tagged_records(7)), 3, dtypes=SPARSE_DTYPES, shapes=SPARSE_SHAPES,
+                        allow_smaller_final_batch=True)
+        assert b.dtypes == [np.dtype(np.int64), np.dtype(np.int64)]
+        assert b.output_shapes == [(None,), (None, None)]  # label, tags
+        batches = list(b)
+    assert [x["label"].tolist() for x in batches] == [[0, 1, 2], [3, 4, 5], [6]]
+    first = batches[0]["tags"]
+    assert isinstance(first, readers.SparseTensorValue)
+    assert first.indices.tolist() == [[1, 0], [2, 0], [2, 1]]
+    assert first.values.tolist() == [10, 20, 21]
+    assert first.dense_shape.tolist() == [3, 2]
+    assert first.indices.dtype == np.int64 and first.dense_shape.dtype == np.int64
+    for x in batches:
+        tags = x["tags"]
+        indices, values, shape = _expected_sparse(x["label"].tolist())
+        assert (tags.indices.tolist(), tags.values.tolist(), tags.dense_shape.tolist()) == (indices, values, shape)
+    assert len(b._sparse_table) == 0  # every value left the side table with its batch
+
+
+def test_b12_sparse_component_through_shuffle_batch_stays_with_its_element() -> None:
+    with feedq.Pipeline():
+        b = feedq.shuffle_batch(_record_reader(_tagged_records(40)), 4, capacity=30, min_after_dequeue=10,
+                                seed=7, dtypes=SPARSE_DTYPES, shapes=SPARSE_SHAPES,
+                                allow_smaller_final_batch=True)
+        batches = list(b)
+    labels = [v for x in batches for v in x["label"].tolist()]
+    assert sorted(labels) == list(range(40)) and labels != list(range(40))
+    for x in batches:
+        tags = x["tags"]
+        indices, values, shape = _expected_sparse(x["label"].tolist())
+        assert tags.indices.tolist() == indices
+        assert tags.values.tolist() == values
+        assert tags.dense_shape.tolist() == shape
+
+
+def test_b12_sparse_blocks_with_enqueue_many_and_batches_of_batches() -> None:
+    """enqueue_many: a parse_example block's sparse value is cut into rows
+    (dense_shape[1:] each, as TF1) and re-batched; a batch stage of sparse
+    values can feed another batcher."""
+    from feedq import readers
+
+    records = _tagged_records(10)
+    features = {"tags": readers.VarLenFeature(np.int64), "label": readers.FixedLenFeature([], np.int64)}
+    blocks = iter([records[0:4], records[4:7], records[7:10]])
+    lock = threading.Lock()
+
+    def read_block() -> dict:
+        with lock:
+            try:
+                block = next(blocks)
+            except StopIteration:
+                raise OutOfRangeError("done") from None
+        return readers.parse_example(block, features)
+
+    with feedq.Pipeline():
+        rows = feedq.batch(read_block, 3, enqueue_many=True, dtypes=SPARSE_DTYPES, shapes=SPARSE_SHAPES,
+                           allow_smaller_final_batch=True)
+        again = feedq.batch(rows, 5, enqueue_many=True, allow_smaller_final_batch=True)
+        batches = list(again)
+    assert [x["label"].tolist() for x in batches] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    for x in batches:
+        tags = x["tags"]
+        indices, values, _ = _expected_sparse(x["label"].tolist())
+        assert (tags.indices.tolist(), tags.values.tolist()) == (indices, values)
+    # A row keeps the width of the batch it came in (TF1), not its own length.
+    assert batches[0]["tags"].dense_shape.tolist() == [5, 3]
+    assert batches[1]["tags"].dense_shape.tolist() == [5, 3]
+
+
+def test_b12_sparse_component_errors() -> None:
+    from feedq import readers
+
+    with pytest.raises(ValueError, match=r"shared queue"):
+        feedq.batch(_record_reader(_tagged_records(2)), 2, dtypes=SPARSE_DTYPES, shapes=SPARSE_SHAPES,
+                    shared_name="shared")
+    with pytest.raises(ValueError, match=r"^batch: sparse component 1 needs a shape of rank >= 1"):
+        feedq.batch(lambda: [1, None], 2, dtypes=[np.int64, readers.VarLenFeature(np.int64)], shapes=[[], []])
+    not_sparse = r"^batch: component 'tags' is sparse: expected a SparseTensorValue, got ndarray$"
+    with pytest.raises(feedq.errors.InvalidArgumentError, match=not_sparse), feedq.Pipeline():
+        b = feedq.batch(lambda: {"tags": np.arange(3), "label": 1}, 2, dtypes=SPARSE_DTYPES,
+                        shapes=SPARSE_SHAPES)
+        b.dequeue(timeout=5)

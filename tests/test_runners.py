@@ -184,9 +184,9 @@ def test_qr2_one_named_thread_per_op_and_no_extra_thread() -> None:
     qr = QueueRunner(q, [source.produce, source.produce, other])
     threads = qr.create_threads(coord=Coordinator(), daemon=True, start=False)
     assert [t.name for t in threads] == [
-        "QueueRunnerThread-numbers-produce",
-        "QueueRunnerThread-numbers-produce",
-        "QueueRunnerThread-numbers-other",
+        "feedq-runner-numbers-0-produce",
+        "feedq-runner-numbers-1-produce",
+        "feedq-runner-numbers-2-other",
     ]
     assert all(t.ident is None for t in threads)  # start=False: not started
     assert all(t.daemon for t in threads)
@@ -439,7 +439,7 @@ def test_qr9_grace_expiry_names_runner_blocked_on_another_queue() -> None:
     with pytest.raises(
         RuntimeError,
         match=r"^Coordinator stopped with threads still running: "
-        r"QueueRunnerThread-downstream-downstream_enqueue$",
+        r"feedq-runner-downstream-0-downstream_enqueue$",
     ):
         coord.join(stop_grace_period_secs=0.3)
     upstream.close()  # the thread ends only when the upstream closes
@@ -545,8 +545,8 @@ def test_qr12_collections_and_start_queue_runners() -> None:
     coord = Coordinator()
     threads = start_queue_runners(coord=coord)
     assert [t.name for t in threads] == [
-        "QueueRunnerThread-first-produce",
-        "QueueRunnerThread-second-produce",
+        "feedq-runner-first-0-produce",
+        "feedq-runner-second-0-produce",
     ]
     assert all(t.daemon for t in threads)
     coord.join()
@@ -574,3 +574,46 @@ def test_statistics_is_a_frozen_snapshot() -> None:
     stats = QueueRunner(make_queue(1, "s"), [lambda: None]).statistics()
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.ops_run = 1  # type: ignore[misc]
+
+
+# -- issue 10: a coordinator that is not one ---------------------------------------------------
+
+
+def test_create_threads_rejects_a_non_coordinator_before_counting_threads() -> None:
+    """A non-Coordinator is a TypeError raised before the runner counts any
+    thread, so the runner can still be started afterwards (it used to raise
+    AttributeError with its threads counted alive forever)."""
+    q = make_queue(4, "typed")
+    source = Source(q, limit=2)
+    qr = QueueRunner(q, [source.produce])
+    with pytest.raises(
+        TypeError, match=r"^coord must be a feedq\.Coordinator or None, got 'coord'$"
+    ):
+        qr.create_threads("coord", start=True)  # type: ignore[arg-type]
+    assert not qr.started
+    assert qr.statistics() == QueueRunnerStatistics(threads_alive=0, ops_run=0, exceptions=())
+    add_queue_runner(qr)
+    with pytest.raises(TypeError, match=r"^coord must be a feedq\.Coordinator or None, got 42$"):
+        start_queue_runners(coord=42)  # type: ignore[arg-type]
+    assert not qr.started and source.handed_out == 0
+    coord = Coordinator()
+    threads = start_queue_runners(coord=coord)
+    assert [t.name for t in threads] == ["feedq-runner-typed-0-produce"]
+    coord.join(stop_grace_period_secs=JOIN_TIMEOUT)
+    assert drain(q)[0] == [0, 1]
+
+
+def test_runner_threads_are_named_with_the_feedq_prefix() -> None:
+    """Every runner thread's name starts with ``feedq-runner-<queue name>-``."""
+    q = make_queue(4, "prefixed")
+
+    def done() -> None:
+        raise OutOfRangeError("nothing to add")
+
+    qr = QueueRunner(q, [Source(q, limit=1).produce, done])
+    threads = qr.create_threads(Coordinator(), start=True)
+    assert [t.name for t in threads] == [
+        "feedq-runner-prefixed-0-produce",
+        "feedq-runner-prefixed-1-done",
+    ]
+    join_or_fail(threads)
