@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import feedq
+from feedq._devices import placement as _placement
 from feedq.devices import (
     DeviceConfig,
     DeviceFeeder,
     PlacementRequest,
-    _placement,
     list_devices,
     place,
     set_device_config,
