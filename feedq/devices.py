@@ -42,8 +42,7 @@ from feedq._devices.placement import (
     set_device_config,
 )
 from feedq._devices.spec import DeviceSpec
-
-# from feedq._devices.variables import Variable
+from feedq._devices.variables import Variable
 
 __all__ = [
     "DeviceConfig",
@@ -56,7 +55,7 @@ __all__ = [
     "Placement",
     "PlacementRequest",
     "ReplicaMode",
-    # "Variable",
+    "Variable",
     "as_tf_dataset",
     "as_torch_dataset",
     "current_device",

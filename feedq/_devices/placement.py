@@ -58,19 +58,49 @@ _DEVICE_KINDS = frozenset("biufc")
 class PlacementRequest:
     """What the placer places: TF1's op, as a device function sees it.
 
+    Pipeline stages (feeders) are placed as ``kind="stage"``; inside
+    ``feedq.device(...)`` the tensors PyTorch creates are placed too, as
+    ``"tensor"`` (a factory call such as ``torch.zeros``), ``"module"`` (every
+    tensor made while an ``nn.Module`` is constructed: the module is placed
+    whole) or ``"parameter"`` (a :func:`feedq.Variable`).
+
     Attributes:
-        name: the stage's name, e.g. ``"feeder/image"``.
-        type: the stage's kind, e.g. ``"DeviceFeeder"`` (TF1's ``op.type``).
-        dtypes: the dtypes the stage will hold on its device (may be empty
-            when not known yet).
+        name: the stage's or variable's name, e.g. ``"feeder/image"`` (``""``
+            for an anonymous tensor or module).
+        type: what it is, TF1's ``op.type``: ``"DeviceFeeder"``,
+            ``"Variable"``, the torch function (``"zeros"``) or the module
+            class (``"Linear"``).
+        dtypes: the NumPy dtypes it will hold on its device (may be empty
+            when not known yet; empty for torch tensors, which any torch
+            device can hold).
         device: the device asked for so far, as a TF name (TF1's ``op.device``):
             the stage's own ``device=`` argument merged with inner contexts.
+        kind: ``"stage"``, ``"tensor"``, ``"module"`` or ``"parameter"``.
+        dtype: the tensor's dtype (a ``torch.dtype``, or a NumPy dtype for a
+            NumPy variable); ``None`` for stages and when not known.
+        shape: the tensor's shape; ``None`` for stages, modules and when not known.
     """
 
     name: str
     type: str
     dtypes: tuple[np.dtype[Any], ...] = ()
     device: str = ""
+    kind: str = "stage"
+    dtype: Any = None
+    shape: tuple[int, ...] | None = None
+
+    def describe(self) -> str:
+        """What is placed, for log lines and errors: ``stage 'feeder' (DeviceFeeder)``,
+        ``tensor zeros float32[2, 3]``, ``module Linear float32[4, 3]``."""
+        if self.kind == "stage":
+            return f"stage {self.name!r} ({self.type})"
+        what = f"{self.kind} {self.name!r} ({self.type})" if self.name else \
+            f"{self.kind} {self.type}"
+        if self.dtype is not None:
+            what += " " + str(self.dtype).removeprefix("torch.")
+            if self.shape is not None:
+                what += str(list(self.shape))
+        return what
 
 
 DeviceFunction = Callable[[PlacementRequest], DeviceLike | None]
@@ -91,7 +121,7 @@ def _stack() -> list[Any]:
 
 @contextlib.contextmanager
 def device(device_name_or_function: DeviceLike | DeviceFunction | None) -> Iterator[None]:
-    """Places the stages created in this block (TF1's ``tf.device``).
+    """Places the stages and PyTorch tensors created in this block (TF1's ``tf.device``).
 
     Contexts nest: an inner name's specified fields win, unspecified ones are
     inherited from the outer contexts (``/job:worker`` around ``/gpu:1``
@@ -100,6 +130,12 @@ def device(device_name_or_function: DeviceLike | DeviceFunction | None) -> Itera
     and returns a device name, a ``DeviceSpec``, or ``None`` (no device); it
     replaces what it was given, as in TF1. ``device(None)`` ignores every
     outer context. The stack is per thread: a new thread starts with none.
+
+    When torch is imported before the block is entered, the tensors PyTorch
+    creates in it (factory functions, ``torch.tensor``, module construction,
+    ``nn.Parameter`` around them, :func:`feedq.Variable`) land on the device
+    chosen for them: see :mod:`feedq._devices.tensors`. CuPy arrays are not
+    placed (this is torch only): use ``with cupy.cuda.Device(i)`` for them.
 
     Args:
         device_name_or_function: a TF or PyTorch device name, a
@@ -117,9 +153,14 @@ def device(device_name_or_function: DeviceLike | DeviceFunction | None) -> Itera
         entry = DeviceSpec.parse(device_name_or_function)
     stack = _stack()
     stack.append(entry)
+    # Late import: the tensor placer builds on this module.
+    from .tensors import enter_tensor_placement, exit_tensor_placement
+
+    mode = enter_tensor_placement()
     try:
         yield
     finally:
+        exit_tensor_placement(mode)
         stack.pop()
 
 
@@ -350,7 +391,11 @@ class Placement:
 
     def log_line(self) -> str:
         """The placement log line (TF1's ``name: (type): device``)."""
-        line = f"{self.request.name}: ({self.request.type}): {self.device} [{self.torch_device}]"
+        if self.request.kind == "stage":
+            line = f"{self.request.name}: ({self.request.type}): {self.device}"
+        else:
+            line = f"{self.request.describe()}: {self.device}"
+        line += f" [{self.torch_device}]"
         if self.soft:
             line += f" (soft placement: {self.requested or '<any>'} unavailable: {self.reason})"
         return line
@@ -456,9 +501,15 @@ def place(request: PlacementRequest, config: DeviceConfig | None = None, *,
         if reason is None:
             return _placed(request, spec, spec.replace(device_index=spec.device_index or 0),
                            physical, config)
+    return _fallback(request, spec, reason or "unavailable", config)
+
+
+def _fallback(request: PlacementRequest, spec: DeviceSpec, reason: str,
+              config: DeviceConfig) -> Placement:
+    """The CPU under soft placement (logged at WARNING), else InvalidArgumentError."""
     if not config.allow_soft_placement:
         raise InvalidArgumentError(
-            f"Cannot assign a device for stage {request.name!r} ({request.type}): could not "
+            f"Cannot assign a device for {request.describe()}: could not "
             f"satisfy device specification {spec.to_string() or '<any>'!r}: {reason}. "
             f"Set allow_soft_placement=True in feedq.DeviceConfig to fall back to "
             f"/device:CPU:0")
@@ -469,12 +520,13 @@ def place(request: PlacementRequest, config: DeviceConfig | None = None, *,
 
 
 def _placed(request: PlacementRequest, requested: DeviceSpec, spec: DeviceSpec, physical: int,
-            config: DeviceConfig) -> Placement:
+            config: DeviceConfig, torch_device: str | None = None) -> Placement:
     full = config.local_spec.make_merged_spec(spec)
     if physical >= 0:
         _apply_memory_fraction(physical, config)
-    placement = Placement(request, requested, full,
-                          "cpu" if physical < 0 else f"cuda:{physical}")
+    if torch_device is None:
+        torch_device = "cpu" if physical < 0 else f"cuda:{physical}"
+    placement = Placement(request, requested, full, torch_device)
     if config.log_device_placement:
         logger.info("%s", placement.log_line())
     return placement
