@@ -164,6 +164,25 @@ def test_nesting_merges_inner_fields_win() -> None:
     assert (inner.device.type, cleared.device.type, outer.device.type) == ("meta", "cpu", "cpu")
 
 
+def test_repeated_creations_follow_the_current_block(no_gpu: None) -> None:
+    """Decisions for blocks of names are remembered; they never go stale."""
+    got = []
+    with device("meta"):
+        for inner in ["cpu", "meta", "cpu", None]:
+            got.append(torch.zeros(1).device.type)
+            with device(inner):
+                got.append(torch.zeros(1).device.type)
+        with device("cuda:0"):
+            with pytest.raises(InvalidArgumentError):
+                torch.ones(1)
+            set_device_config(DeviceConfig(allow_soft_placement=True))
+            got.append(torch.ones(1).device.type)
+            set_device_config(DeviceConfig())
+            with pytest.raises(InvalidArgumentError):
+                torch.ones(1)
+    assert got == ["meta", "cpu", "meta", "meta", "meta", "cpu", "meta", "cpu", "cpu"]
+
+
 def test_block_without_a_device_type_leaves_pytorch_default() -> None:
     with device("/job:localhost/task:0"):
         assert torch.zeros(1).device.type == "cpu"

@@ -180,7 +180,10 @@ def _mode_class() -> type:
             super().__init__()
             # (module, context stack, decision) of the module last placed: its
             # construction makes all its tensors in a row.
-            self._module: tuple[Any, tuple[int, ...], Placement | None] | None = None
+            self._module: tuple[Any, tuple[Any, ...], Placement | None] | None = None
+            # (context stack, config) -> torch device (None: PyTorch's default), for
+            # stacks of names only: there the decision depends on nothing else.
+            self._decided: dict[tuple[Any, ...], str | None] = {}
 
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
@@ -188,19 +191,30 @@ def _mode_class() -> type:
             if (func not in factories or kwargs.get("device") is not None
                     or kwargs.get("out") is not None or kwargs.get("pin_memory")):
                 return func(*args, **kwargs)
-            placement = self._place(func, args, kwargs)
-            if placement is not None:
-                kwargs["device"] = placement.torch_device
+            config = get_device_config()
+            # The stack's entries themselves (not their ids): equal names compare
+            # equal, and holding them keeps an id from being reused.
+            stack = tuple(_stack())
+            fast = not config.log_device_placement and not any(map(callable, stack))
+            key = (stack, config)
+            if fast and key in self._decided:
+                device = self._decided[key]
+            else:
+                placement = self._place(func, args, kwargs, stack)
+                device = None if placement is None else placement.torch_device
+                if fast and (placement is None or not placement.soft):
+                    self._decided[key] = device  # a fallback is logged each time
+            if device is not None:
+                kwargs["device"] = device
             return func(*args, **kwargs)
 
-        def _place(self, func: Any, args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> Placement | None:
+        def _place(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   stack: tuple[Any, ...]) -> Placement | None:
             dtype, shape = _preview(func, args, kwargs)
             owner = _module_under_construction(module_type)
             if owner is None:
                 return place_tensor(PlacementRequest("", func.__name__, kind="tensor",
                                                      dtype=dtype, shape=shape))
-            stack = tuple(id(entry) for entry in _stack())
             cached = self._module
             if cached is not None and cached[0]() is owner and cached[1] == stack:
                 decision = cached[2]
