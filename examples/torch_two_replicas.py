@@ -7,20 +7,29 @@ there are two, one GPU twice when there is one, the CPU twice otherwise. Each
 replica computes gradients on its half; the gradients are averaged (by hand:
 an all-reduce of two) and both replicas take the same step.
 
-Run: python examples/torch_two_replicas.py  (a few seconds on a CPU)
+Needs torch; a CPU-only build is enough. Install it with
+pip install torch --index-url https://download.pytorch.org/whl/cpu
+then run: python examples/torch_two_replicas.py  (a few seconds on a CPU)
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import sys
 import threading
 
 import numpy as np
-import torch
 
 import feedq
 from feedq.devices import DeviceFeeder
+
+try:
+    import torch
+except ImportError:
+    sys.exit(f"{feedq.MissingExtraError.for_module('torch', 'examples/torch_two_replicas.py')}\n"
+             "A CPU-only torch is enough: "
+             "pip install torch --index-url https://download.pytorch.org/whl/cpu")
 
 FEATURES, BATCH = 16, 128
 # The test suite runs every example with FEEDQ_EXAMPLE_QUICK=1: fewer steps.

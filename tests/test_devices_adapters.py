@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,12 @@ from feedq.devices import MissingExtraError, as_tf_dataset, as_torch_dataset, tf
 from feedq.errors import FailedPreconditionError
 
 pytestmark = pytest.mark.timeout(15)
+
+ROOT = Path(__file__).resolve().parents[1]
+# Every example that imports torch must say how to get it when it is missing.
+TORCH_EXAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.py")
+                        if "import torch" in p.read_text())
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 @pytest.fixture(autouse=True)
@@ -104,6 +112,44 @@ def test_torch_missing_extra_from_feeder(monkeypatch: pytest.MonkeyPatch) -> Non
             r"^DeviceFeeder\(output='torch'\) needs torch, which is not installed: "
             r'pip install "feedq\[torch\]"$')):
         feedq.devices.DeviceFeeder([np.zeros(2)], device="cpu", output="torch")
+
+
+def test_missing_extra_error_for_module() -> None:
+    error = MissingExtraError.for_module("torch", "my script")
+    assert isinstance(error, ImportError)
+    assert str(error) == 'my script needs torch, which is not installed: pip install "feedq[torch]"'
+    assert str(MissingExtraError.for_module("tensorflow", "x")).endswith('"feedq[tf]"')
+
+
+def test_torch_examples_are_the_expected_ones() -> None:
+    assert TORCH_EXAMPLES == ["examples/devices_placement.py", "examples/torch_two_replicas.py"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", TORCH_EXAMPLES)
+def test_torch_example_without_torch_prints_the_missing_extra(path: str) -> None:
+    """No bare ModuleNotFoundError: feedq's message, and how to get a CPU-only torch."""
+    wrapper = ("import runpy, sys\n"
+               "sys.modules['torch'] = None  # from here on `import torch` raises ImportError\n"
+               f"sys.argv = [{path!r}]\n"
+               f"runpy.run_path({path!r}, run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", wrapper], cwd=ROOT, capture_output=True,
+                          text=True, timeout=50, check=False)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        f'{path} needs torch, which is not installed: pip install "feedq[torch]"\n'
+        f"A CPU-only torch is enough: {CPU_TORCH}\n")
+
+
+def test_every_public_name_shows_public_module() -> None:
+    import feedq.devices as d
+
+    assert d.__file__ is not None and Path(d.__file__).name == "devices.py"
+    for name in d.__all__:
+        if name == "ReplicaMode":  # a typing alias, not a class or function
+            continue
+        assert getattr(d, name).__module__ == "feedq.devices", name
+    assert feedq.Variable is d.Variable
 
 
 def test_public_names_show_public_module() -> None:

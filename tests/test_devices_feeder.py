@@ -21,15 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import feedq
+from feedq._devices import feeder as _feeder
+from feedq._devices import placement as _placement
+from feedq._devices.engines import HostEngine
 from feedq.devices import (
     DeviceConfig,
     DeviceFeeder,
-    _feeder,
-    _placement,
     device,
     set_device_config,
 )
-from feedq.devices._engines import HostEngine
 from feedq.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -491,9 +491,60 @@ def test_get_timeout_loses_nothing() -> None:
 
 def test_operation_timeout_is_the_default_for_get() -> None:
     set_device_config(DeviceConfig(operation_timeout=0.02))
-    with DeviceFeeder(filled_queue(0, close=False), 2, device="cpu") as feeder:
-        with pytest.raises(DeadlineExceededError):
-            feeder.get()
+    with DeviceFeeder(filled_queue(0, close=False), 2, device="cpu") as feeder, \
+            pytest.raises(DeadlineExceededError):
+        feeder.get()
+
+
+@pytest.mark.parametrize("timeout", [0.05, 0])
+def test_get_timeout_holds_while_another_consumer_is_inside_get(timeout: float) -> None:
+    """A second consumer waits for the first one's lock with its own deadline."""
+    q = filled_queue(0, close=False)
+    feeder = DeviceFeeder(q, 2, device="cpu").start()
+    try:
+        first = Bg(feeder.get, timeout=float("inf"), name="test-devices-first-consumer")
+        wait_until(lambda: feeder.statistics().waiting_consumers == 1,
+                   what="first consumer blocked")
+        second = Bg(feeder.get, timeout=timeout, name="test-devices-second-consumer")
+        error = second.exception(timeout=3)  # unbounded on the consumer lock before the fix
+        assert isinstance(error, DeadlineExceededError)
+        assert str(error) == (f"{feeder.name}: no batch within {timeout:g}s "
+                              f"(another consumer was in get())")
+        assert feeder.statistics().waiting_consumers == 1  # the second one left the count
+        # Nothing was lost: the first consumer still gets the next batch.
+        q.enqueue_many([np.zeros((2, 2), np.float32), np.array([7, 8])])
+        assert first.result()[1].tolist() == [7, 8]
+        assert feeder.statistics().waiting_consumers == 0
+    finally:
+        feeder.close()
+
+
+def test_feeder_created_in_a_closing_scope_registers_itself() -> None:
+    """What a Pipeline's `with` block does: it closes the feeders created in it."""
+    from feedq import _scope
+
+    outside = DeviceFeeder(batches(1), device="cpu")
+    with _scope.closing_scope() as taken:
+        feeder = DeviceFeeder(filled_queue(4), 2, device="cpu").start()
+        with pytest.raises(ValueError):
+            DeviceFeeder(batches(1), prefetch=0)  # a failed constructor registers nothing
+    assert taken == [feeder]
+    for obj in reversed(taken):
+        obj.close()
+    assert feeder.statistics().state == "closed"
+    assert outside.statistics().state == "created"
+    outside.close()
+
+
+def test_every_feeder_thread_is_named_feedq() -> None:
+    before = set(threading.enumerate())
+    started: set[str] = set()
+    feeder = DeviceFeeder(iter(batches(6)), device="cpu", staging=True, prefetch=1,
+                          name="named")
+    with feeder:
+        for _ in feeder:
+            started |= {t.name for t in threading.enumerate() if t not in before}
+    assert started == {"feedq-feeder-named", "feedq-feeder-named-copy"}
 
 
 def test_close_wakes_consumer_and_stops_blocked_dequeue() -> None:

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import feedq
+from feedq._devices import placement as _placement
 from feedq.devices import (
     DeviceConfig,
     DeviceFeeder,
     PlacementRequest,
-    _placement,
     list_devices,
     place,
     set_device_config,
@@ -147,3 +147,43 @@ def test_cupy_output_through_dlpack() -> None:
     with DeviceFeeder(queue_of(4), 4, device="cuda:0", output="cupy") as feeder:
         (x, y), = list(feeder)
     assert isinstance(x, cupy.ndarray) and y.tolist() == [0, 1, 2, 3]
+
+
+# -- tensors PyTorch creates inside feedq.device() ---------------------------------------
+
+
+def test_tensors_modules_and_variables_land_on_the_gpu(caplog: pytest.LogCaptureFixture) -> None:
+    set_device_config(DeviceConfig(log_device_placement=True))
+    with caplog.at_level(logging.INFO, logger="feedq.devices"), feedq.device("/gpu:0"):
+        x = torch.zeros(2, 3)
+        t = torch.tensor([1, 2])
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+        i = feedq.Variable(3, name="i")  # TF1 had no integer GPU kernel; torch holds it
+    tensors = [x, t, i, *model.parameters(), *model.buffers()]
+    assert {str(v.device) for v in tensors} == {"cuda:0"}
+    assert model(x).is_cuda and torch.zeros(1).device.type == "cpu"  # only inside the block
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "tensor zeros float32[2, 3]: /job:localhost/replica:0/task:0/device:GPU:0 [cuda:0]"
+    assert lines[-1] == ("parameter 'i' (Variable) int64[]: "
+                         "/job:localhost/replica:0/task:0/device:GPU:0 [cuda:0]")
+
+
+def test_tensor_past_the_visible_gpus_soft_placed() -> None:
+    count = torch.cuda.device_count()
+    with feedq.device(f"cuda:{count}"), pytest.raises(feedq.errors.InvalidArgumentError,
+                                                      match="does not exist"):
+        torch.ones(2)
+    set_device_config(DeviceConfig(allow_soft_placement=True))
+    with feedq.device(f"cuda:{count}"):
+        assert torch.ones(2).device.type == "cpu"
+    with feedq.device("cuda:0"):
+        names = feedq.Variable(["a"])  # strings: host memory even here
+    assert names.device == "cpu"
+
+
+def test_visible_devices_pick_the_physical_gpu() -> None:
+    last = torch.cuda.device_count() - 1
+    set_device_config(DeviceConfig(visible_devices=[last]))
+    with feedq.device("/gpu:0"):
+        x = torch.empty(4)
+    assert str(x.device) == f"cuda:{last}"

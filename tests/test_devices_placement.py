@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 import feedq
+from feedq._devices import placement as _placement
 from feedq.devices import (
     DeviceConfig,
     DeviceSpec,
     MissingExtraError,
     PlacementRequest,
-    _placement,
     current_device,
     device,
     get_device_config,

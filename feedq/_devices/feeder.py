@@ -22,11 +22,12 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from feedq import _scope
 from feedq._defaults import resolve_timeout
 from feedq.errors import (
     CancelledError,
@@ -35,18 +36,16 @@ from feedq.errors import (
     OutOfRangeError,
 )
 
-from ._engines import CudaEngine, HostEngine, Slot
-from ._extras import require
-from ._placement import (
-    _DEVICE_KINDS,
-    DeviceConfig,
-    Placement,
-    PlacementRequest,
-    current_device,
-    get_device_config,
-    place,
-)
-from ._spec import DeviceLike, DeviceSpec
+from .engines import CudaEngine, HostEngine, Slot
+from .extras import require
+from .placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
+from .source import BatchSource, stage
+from .spec import DeviceLike
+from .structure import Structure, split_bounds
+from .targets import Targets
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["DeviceFeeder", "FeederStatistics", "ReplicaMode"]
 
@@ -56,91 +55,10 @@ ReplicaMode = Literal["split", "round_robin", "broadcast"]
 _MODES = ("split", "round_robin", "broadcast")
 _OUTPUTS = ("numpy", "torch", "cupy")
 
-# How long the feeder thread blocks in one dequeue before it looks at its stop
-# flag again: close() is never slower than this.
-_POLL_S = 0.05
+# How long close() waits for the feeder and copy threads to stop.
 _JOIN_S = 5.0
 
 _ids = itertools.count(1)
-
-
-# ---------------------------------------------------------------------------
-# Batch structure: bare array, list/tuple of arrays, or dict of arrays.
-
-
-@dataclasses.dataclass(frozen=True)
-class _Structure:
-    kind: Literal["bare", "list", "tuple", "dict"]
-    keys: tuple[Any, ...]
-
-    @classmethod
-    def of(cls, batch: Any) -> _Structure:
-        """The structure of an iterable's (first) batch."""
-        if isinstance(batch, Mapping):
-            return cls("dict", tuple(batch.keys()))
-        if isinstance(batch, (list, tuple)):
-            return cls("tuple" if isinstance(batch, tuple) else "list", tuple(range(len(batch))))
-        return cls("bare", (0,))
-
-    @classmethod
-    def of_queue(cls, queue: Any) -> _Structure:
-        """The structure a queue's dequeue_many returns (Q4)."""
-        names = getattr(queue, "names", None)
-        if names:
-            return cls("dict", tuple(names))
-        count = len(queue.dtypes)
-        return cls("bare", (0,)) if count == 1 else cls("list", tuple(range(count)))
-
-    def flatten(self, batch: Any, where: str) -> list[np.ndarray[Any, Any]]:
-        """The batch's components as arrays, checked against this structure.
-
-        Raises:
-            InvalidArgumentError: another structure, or unequal leading dimensions.
-        """
-        if self.kind == "bare":
-            if isinstance(batch, (Mapping, list, tuple)):
-                raise InvalidArgumentError(f"{where}: expected one array like the first batch, "
-                                           f"got a {type(batch).__name__}")
-            comps = [batch]
-        elif self.kind == "dict":
-            if not isinstance(batch, Mapping) or tuple(batch.keys()) != self.keys:
-                got = list(batch.keys()) if isinstance(batch, Mapping) else type(batch).__name__
-                raise InvalidArgumentError(
-                    f"{where}: expected a dict with keys {list(self.keys)}, got {got}")
-            comps = [batch[k] for k in self.keys]
-        else:
-            if (isinstance(batch, Mapping) or not isinstance(batch, (list, tuple))
-                    or len(batch) != len(self.keys)):
-                raise InvalidArgumentError(
-                    f"{where}: expected a {self.kind} of {len(self.keys)} arrays like the first "
-                    f"batch, got {type(batch).__name__}")
-            comps = list(batch)
-        arrays = [c if isinstance(c, np.ndarray) else np.asarray(c) for c in comps]
-        rows = {a.shape[0] if a.ndim else None for a in arrays}
-        if None in rows or len(rows) != 1:
-            raise InvalidArgumentError(
-                f"{where}: every component needs the same leading (batch) dimension, got shapes "
-                f"{[list(a.shape) for a in arrays]}")
-        return arrays
-
-    def pack(self, comps: Sequence[Any]) -> Any:
-        """Components back into this structure."""
-        if self.kind == "bare":
-            return comps[0]
-        if self.kind == "dict":
-            return dict(zip(self.keys, comps))
-        return tuple(comps) if self.kind == "tuple" else list(comps)
-
-
-def _split_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
-    # np.array_split's sizes: the first rows % parts shards get one extra row.
-    q, r = divmod(rows, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        stop = start + q + (1 if i < r else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
 
 
 # ---------------------------------------------------------------------------
@@ -309,57 +227,24 @@ class DeviceFeeder:
         if replicas is not None and (isinstance(replicas, (str, Mapping)) or not replicas):
             raise ValueError("replicas must be a non-empty sequence of devices or device maps")
         self._mode: ReplicaMode | None = None if replicas is None else mode
-        self._targets = [device] if replicas is None else list(replicas)
+        targets = [device] if replicas is None else list(replicas)
         self._prefetch = prefetch
         self._config = get_device_config() if config is None else config
         self._staging = staging
 
-        self._is_queue = hasattr(source, "dequeue_many") and hasattr(source, "dtypes")
-        self._dense = True
-        if self._is_queue:
-            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-                raise ValueError(f"a queue source needs batch_size >= 1, got {batch_size!r}")
-            shapes = source.shapes
-            if any(s is None for s in shapes):
-                raise InvalidArgumentError(
-                    f"{self.name}: the queue's components need shapes to be dequeued in "
-                    f"batches (Q6), got {shapes}")
-            # A padding queue's batches change shape: they cannot be dequeued into
-            # fixed slots, so they are staged like an iterable's (one more copy).
-            self._dense = all(d is not None for s in shapes for d in s)
-            self._queue: Any = source
-            self._iter: Iterator[Any] | None = None
-        else:
-            if batch_size is not None:
-                raise ValueError("batch_size is for queue sources; an iterable yields batches")
-            if not isinstance(source, Iterable):
-                raise TypeError(f"source must be a feedq queue or an iterable of batches, "
-                                f"got {type(source).__name__}")
-            self._queue = None
-            self._iter = iter(source)
-        self._batch_size = batch_size
-        self._up_to = allow_smaller_final_batch
+        self._source = BatchSource(source, batch_size, allow_smaller_final_batch, self.name)
 
         # Contexts are thread-local: read them here, in the creating thread.
-        self._requested: list[dict[Any, DeviceSpec]] = []
-        for r, target in enumerate(self._targets):
-            entries = target.items() if isinstance(target, Mapping) else [(None, target)]
-            specs = {}
-            for key, dev in entries:
-                request = PlacementRequest(self._target_name(r, key), "DeviceFeeder",
-                                           device=DeviceSpec.parse(dev).to_string())
-                specs[key] = current_device(request)
-            self._requested.append(specs)
+        self._targets = Targets(self.name, targets, replicas is not None, self._config)
         self._output_arg = output
         self._output: str = "numpy"
         self._staged = False
-        self._structure: _Structure | None = None
+        self._structure: Structure | None = None
         self._placements: list[list[Placement]] = []
         self._engine: Any = None
         self._slots: list[Slot] = []
-        self._gpus: list[int] = []
-        if self._is_queue:
-            structure = _Structure.of_queue(source)
+        if self._source.queue is not None:
+            structure = Structure.of_queue(source)
             dtypes = [np.dtype(dt) for dt in source.dtypes]
             self._place_targets(structure, dtypes)
             self._setup(structure, dtypes)
@@ -384,31 +269,18 @@ class DeviceFeeder:
         self._waiting_consumers = 0  # guarded by self._mutex
         self._delivered = 0  # guarded by self._mutex
         self._rows = 0  # guarded by self._mutex
+        # held by the one consumer inside get(); others wait for it with their timeout
         self._consumer_lock = threading.Lock()
+        # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown.
+        _scope.register_closeable(self)
 
     # -- placement ---------------------------------------------------------
 
-    def _target_name(self, replica: int, key: Any) -> str:
-        name = self.name if self._mode is None else f"{self.name}/replica_{replica}"
-        return name if key is None else f"{name}/{key}"
-
-    def _place_targets(self, structure: _Structure | None,
+    def _place_targets(self, structure: Structure | None,
                        dtypes: list[np.dtype[Any]]) -> None:
-        """Places each replica's device (or each entry of its map) and decides
-        how batches travel: staged or not, through which engine, as what output."""
-        self._target_placements: list[dict[Any, Placement]] = []
-        for r, specs in enumerate(self._requested):
-            row = {}
-            for key, spec in specs.items():
-                held = [dt for k, dt in zip(structure.keys, dtypes)
-                        if key is None or k == key] if structure is not None else []
-                # Strings never go to a GPU: they are placed alone in _setup.
-                fits = tuple(dt for dt in held if dt.kind in _DEVICE_KINDS) or tuple(held[:1])
-                request = PlacementRequest(self._target_name(r, key), "DeviceFeeder", fits)
-                row[key] = place(request, self._config, requested=spec)
-            self._target_placements.append(row)
-        gpus = sorted({int(p.torch_device.split(":")[1])
-                       for row in self._target_placements for p in row.values() if p.is_gpu})
+        """Places the targets and decides how batches travel: staged or not,
+        through which engine, as what output."""
+        gpus = self._targets.place(structure, dtypes)
         if self._staging is False and gpus:
             raise InvalidArgumentError(f"{self.name}: staging=False but targets are on "
                                        f"{', '.join(f'cuda:{i}' for i in gpus)}")
@@ -423,33 +295,11 @@ class DeviceFeeder:
         elif output == "cupy":
             self._cupy = require("cupy", "DeviceFeeder(output='cupy')")
         self._output = output
-        self._gpus = gpus
         self._staged = bool(gpus) or bool(self._staging)
 
-    def _setup(self, structure: _Structure, dtypes: list[np.dtype[Any]]) -> None:
+    def _setup(self, structure: Structure, dtypes: list[np.dtype[Any]]) -> None:
         """Places every (replica, component) once the batch structure is known."""
-        placements = []
-        for r, specs in enumerate(self._requested):
-            if None not in specs:
-                unknown = set(specs) - set(structure.keys)
-                missing = set(structure.keys) - set(specs)
-                if structure.kind == "bare" or unknown or missing:
-                    raise InvalidArgumentError(
-                        f"{self.name}: the device map of replica {r} has keys "
-                        f"{sorted(map(str, specs))} but the batch components are "
-                        f"{[str(k) for k in structure.keys]}")
-            row = []
-            for key, dtype in zip(structure.keys, dtypes):
-                spec_key = None if None in specs else key
-                placement = self._target_placements[r][spec_key]
-                if placement.is_gpu and dtype.kind not in _DEVICE_KINDS:
-                    # Only this component cannot live there: place it alone.
-                    request = PlacementRequest(self._target_name(r, key), "DeviceFeeder",
-                                               (dtype,))
-                    placement = place(request, self._config, requested=specs[spec_key])
-                row.append(placement)
-            placements.append(row)
-        self._placements = placements
+        self._placements = self._targets.place_components(structure, dtypes)
         if self._staged:
             self._slots = [Slot(len(structure.keys)) for _ in range(self._prefetch + 1)]
         self._structure = structure
@@ -465,7 +315,7 @@ class DeviceFeeder:
 
     # -- life cycle --------------------------------------------------------
 
-    def start(self) -> DeviceFeeder:
+    def start(self) -> Self:
         """Starts the feeder thread (idempotent); returns ``self``.
 
         Raises:
@@ -509,7 +359,7 @@ class DeviceFeeder:
             logger.warning("%s: thread(s) %s did not stop within %.1fs", self.name,
                            ", ".join(alive), timeout)
 
-    def __enter__(self) -> DeviceFeeder:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -555,39 +405,60 @@ class DeviceFeeder:
         wait = resolve_timeout(timeout)
         deadline = None if wait is None else time.monotonic() + wait
         self.start()
-        with self._consumer_lock:
-            with self._mutex:
-                self._waiting_consumers += 1
-                try:
-                    while not self._items and self._state is not _State.CLOSED:
-                        remaining = None if deadline is None else deadline - time.monotonic()
-                        if remaining is not None and remaining <= 0:
-                            raise DeadlineExceededError(
-                                f"{self.name}: no batch within {wait:g}s")
-                        self._not_empty.wait(remaining)
-                finally:
+        with self._mutex:
+            self._waiting_consumers += 1
+        counted = True  # this call is in waiting_consumers
+        try:
+            # Another consumer inside get() holds the lock: wait for it with the
+            # same deadline, never unbounded.
+            if deadline is None:
+                held = self._consumer_lock.acquire()
+            else:
+                left = deadline - time.monotonic()
+                held = (self._consumer_lock.acquire(timeout=left) if left > 0
+                        else self._consumer_lock.acquire(blocking=False))
+            if not held:
+                raise DeadlineExceededError(
+                    f"{self.name}: no batch within {wait:g}s (another consumer was in get())")
+            try:
+                with self._mutex:
+                    try:
+                        while not self._items and self._state is not _State.CLOSED:
+                            remaining = None if deadline is None else deadline - time.monotonic()
+                            if remaining is not None and remaining <= 0:
+                                raise DeadlineExceededError(
+                                    f"{self.name}: no batch within {wait:g}s")
+                            self._not_empty.wait(remaining)
+                    finally:
+                        self._waiting_consumers -= 1
+                        counted = False
+                    if self._state is _State.CLOSED:
+                        raise CancelledError(f"{self.name}: feeder is closed")
+                    item = self._items[0]
+                    if item is _END:
+                        raise OutOfRangeError(f"{self.name}: end of data")
+                    if isinstance(item, BaseException):
+                        raise item
+                    self._items.popleft()
+                    self._buffered -= 1
+                    self._delivered += 1
+                    self._rows += item.rows
+                    if self._buffered <= self._prefetch // 2:
+                        # Wake the feeder thread at half empty, not after every batch: it
+                        # refills in a burst, with fewer thread switches per batch.
+                        self._not_full.notify()
+                if self._engine is not None:
+                    # Never times out: the copies were issued and always complete, and
+                    # the item has left the buffer (a timeout here would lose it).
+                    outputs = [a for _, comps in item.deliveries for a in comps]
+                    self._engine.hand_over(item.events, outputs)
+                return self._assemble(item)
+            finally:
+                self._consumer_lock.release()
+        finally:
+            if counted:
+                with self._mutex:
                     self._waiting_consumers -= 1
-                if self._state is _State.CLOSED:
-                    raise CancelledError(f"{self.name}: feeder is closed")
-                item = self._items[0]
-                if item is _END:
-                    raise OutOfRangeError(f"{self.name}: end of data")
-                if isinstance(item, BaseException):
-                    raise item
-                self._items.popleft()
-                self._buffered -= 1
-                self._delivered += 1
-                self._rows += item.rows
-                if self._buffered <= self._prefetch // 2:
-                    # Wake the feeder thread at half empty, not after every batch: it
-                    # refills in a burst, with fewer thread switches per batch.
-                    self._not_full.notify()
-            if self._engine is not None:
-                # Never times out: the copies were issued and always complete, and
-                # the item has left the buffer (a timeout here would lose it).
-                outputs = [a for _, comps in item.deliveries for a in comps]
-                self._engine.hand_over(item.events, outputs)
-            return self._assemble(item)
 
     def _convert(self, array: Any) -> Any:
         if isinstance(array, np.ndarray):
@@ -634,61 +505,21 @@ class DeviceFeeder:
     def _read(self, slot: Slot | None) -> list[np.ndarray[Any, Any]] | None:
         """The next batch's components, in ``slot`` when given; None at the end."""
         structure = self._structure
-        if self._queue is not None and structure is not None:
-            into = slot if self._dense else None
-            out = None if into is None else structure.pack(self._queue_slot_buffers(into))
-            op = self._queue.dequeue_up_to if self._up_to else self._queue.dequeue_many
-            while not self._stop.is_set():
-                try:
-                    batch = op(self._batch_size, timeout=_POLL_S, out=out)
-                except DeadlineExceededError:
-                    continue  # nothing lost: the queue puts a partial batch back
-                except OutOfRangeError:
-                    return None
-                arrays = structure.flatten(batch, self.name)
-                return arrays if slot is None or into is not None else self._stage(arrays, slot)
-            return None
-        if self._iter is None:
-            raise RuntimeError("feeder has neither a queue nor an iterator")
-        try:
-            batch = next(self._iter)
-        except StopIteration:
+        if self._source.queue is not None and structure is not None:
+            return self._source.read_queue(structure, slot, self._engine, self._stop)
+        more, batch = self._source.next_item()
+        if not more:
             return None
         where = f"{self.name}: batch {self._batches_read}"
         if structure is None:
-            structure = _Structure.of(batch)
+            structure = Structure.of(batch)
             arrays = structure.flatten(batch, where)
             self._setup(structure, [a.dtype for a in arrays])
             if self._slots:
                 slot = self._slots[0]  # the slots were made just now
         else:
             arrays = structure.flatten(batch, where)
-        return arrays if slot is None else self._stage(arrays, slot)
-
-    def _stage(self, arrays: list[np.ndarray[Any, Any]], slot: Slot) -> list[np.ndarray[Any, Any]]:
-        """Copies an iterable's batch into ``slot`` (it is not in staging memory yet)."""
-        views = []
-        for c, array in enumerate(arrays):
-            host = slot.host[c]
-            if (host is None or host.dtype != array.dtype or host.shape[1:] != array.shape[1:]
-                    or host.shape[0] < array.shape[0]):
-                host, slot.pinned[c] = self._engine.alloc(array.shape, array.dtype)
-                slot.host[c] = host
-            view = host[: array.shape[0]]
-            np.copyto(view, array)
-            views.append(view)
-        return views
-
-    def _queue_slot_buffers(self, slot: Slot) -> list[np.ndarray[Any, Any]]:
-        buffers = []
-        for c, (dtype, shape) in enumerate(zip(self._queue.dtypes, self._queue.shapes)):
-            host = slot.host[c]
-            if host is None:
-                host, slot.pinned[c] = self._engine.alloc((self._batch_size, *shape),
-                                                          np.dtype(dtype))
-                slot.host[c] = host
-            buffers.append(host)
-        return buffers
+        return arrays if slot is None else stage(arrays, slot, self._engine)
 
     def _deliver(self, comps: list[np.ndarray[Any, Any]], slot: Slot | None,
                  index: int) -> _Item:
@@ -697,7 +528,7 @@ class DeviceFeeder:
         if self._mode is None:
             plan = [(0, 0, rows)]
         elif self._mode == "split":
-            plan = [(r, a, b) for r, (a, b) in enumerate(_split_bounds(rows, n))]
+            plan = [(r, a, b) for r, (a, b) in enumerate(split_bounds(rows, n))]
         elif self._mode == "broadcast":
             plan = [(r, 0, rows) for r in range(n)]
         else:
@@ -724,7 +555,7 @@ class DeviceFeeder:
     def _run(self) -> None:
         try:
             if self._staged:
-                self._engine = (CudaEngine(self.name, self._gpus) if self._gpus
+                self._engine = (CudaEngine(self.name, self._targets.gpus) if self._targets.gpus
                                 else HostEngine(f"feedq-feeder-{self.name}"))
                 self._engine.thread_init()
             index = 0

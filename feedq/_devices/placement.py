@@ -1,4 +1,4 @@
-"""Placement: device contexts, the session-like config, the placer, ``list_devices``.
+"""Placement: device contexts, the session-like config, the placer.
 
 TF1 decides where each op runs in two steps: ``tf.device(...)`` blocks (names
 or functions, merged innermost first) say what the user asked for, then the
@@ -31,19 +31,16 @@ import numpy as np
 from feedq import _defaults
 from feedq.errors import InvalidArgumentError
 
-from ._extras import loaded
-from ._spec import DeviceLike, DeviceSpec
+from .extras import loaded
+from .spec import DeviceLike, DeviceSpec
 
 __all__ = [
     "DeviceConfig",
-    "DeviceInfo",
-    "DeviceListing",
     "Placement",
     "PlacementRequest",
     "current_device",
     "device",
     "get_device_config",
-    "list_devices",
     "place",
     "set_device_config",
 ]
@@ -61,19 +58,49 @@ _DEVICE_KINDS = frozenset("biufc")
 class PlacementRequest:
     """What the placer places: TF1's op, as a device function sees it.
 
+    Pipeline stages (feeders) are placed as ``kind="stage"``; inside
+    ``feedq.device(...)`` the tensors PyTorch creates are placed too, as
+    ``"tensor"`` (a factory call such as ``torch.zeros``), ``"module"`` (every
+    tensor made while an ``nn.Module`` is constructed: the module is placed
+    whole) or ``"parameter"`` (a :func:`feedq.Variable`).
+
     Attributes:
-        name: the stage's name, e.g. ``"feeder/image"``.
-        type: the stage's kind, e.g. ``"DeviceFeeder"`` (TF1's ``op.type``).
-        dtypes: the dtypes the stage will hold on its device (may be empty
-            when not known yet).
+        name: the stage's or variable's name, e.g. ``"feeder/image"`` (``""``
+            for an anonymous tensor or module).
+        type: what it is, TF1's ``op.type``: ``"DeviceFeeder"``,
+            ``"Variable"``, the torch function (``"zeros"``) or the module
+            class (``"Linear"``).
+        dtypes: the NumPy dtypes it will hold on its device (may be empty
+            when not known yet; empty for torch tensors, which any torch
+            device can hold).
         device: the device asked for so far, as a TF name (TF1's ``op.device``):
             the stage's own ``device=`` argument merged with inner contexts.
+        kind: ``"stage"``, ``"tensor"``, ``"module"`` or ``"parameter"``.
+        dtype: the tensor's dtype (a ``torch.dtype``, or a NumPy dtype for a
+            NumPy variable); ``None`` for stages and when not known.
+        shape: the tensor's shape; ``None`` for stages, modules and when not known.
     """
 
     name: str
     type: str
     dtypes: tuple[np.dtype[Any], ...] = ()
     device: str = ""
+    kind: str = "stage"
+    dtype: Any = None
+    shape: tuple[int, ...] | None = None
+
+    def describe(self) -> str:
+        """What is placed, for log lines and errors: ``stage 'feeder' (DeviceFeeder)``,
+        ``tensor zeros float32[2, 3]``, ``module Linear float32[4, 3]``."""
+        if self.kind == "stage":
+            return f"stage {self.name!r} ({self.type})"
+        what = f"{self.kind} {self.name!r} ({self.type})" if self.name else \
+            f"{self.kind} {self.type}"
+        if self.dtype is not None:
+            what += " " + str(self.dtype).removeprefix("torch.")
+            if self.shape is not None:
+                what += str(list(self.shape))
+        return what
 
 
 DeviceFunction = Callable[[PlacementRequest], DeviceLike | None]
@@ -94,7 +121,7 @@ def _stack() -> list[Any]:
 
 @contextlib.contextmanager
 def device(device_name_or_function: DeviceLike | DeviceFunction | None) -> Iterator[None]:
-    """Places the stages created in this block (TF1's ``tf.device``).
+    """Places the stages and PyTorch tensors created in this block (TF1's ``tf.device``).
 
     Contexts nest: an inner name's specified fields win, unspecified ones are
     inherited from the outer contexts (``/job:worker`` around ``/gpu:1``
@@ -103,6 +130,12 @@ def device(device_name_or_function: DeviceLike | DeviceFunction | None) -> Itera
     and returns a device name, a ``DeviceSpec``, or ``None`` (no device); it
     replaces what it was given, as in TF1. ``device(None)`` ignores every
     outer context. The stack is per thread: a new thread starts with none.
+
+    When torch is imported before the block is entered, the tensors PyTorch
+    creates in it (factory functions, ``torch.tensor``, module construction,
+    ``nn.Parameter`` around them, :func:`feedq.Variable`) land on the device
+    chosen for them: see :mod:`feedq._devices.tensors`. CuPy arrays are not
+    placed (this is torch only): use ``with cupy.cuda.Device(i)`` for them.
 
     Args:
         device_name_or_function: a TF or PyTorch device name, a
@@ -120,9 +153,14 @@ def device(device_name_or_function: DeviceLike | DeviceFunction | None) -> Itera
         entry = DeviceSpec.parse(device_name_or_function)
     stack = _stack()
     stack.append(entry)
+    # Late import: the tensor placer builds on this module.
+    from .tensors import enter_tensor_placement, exit_tensor_placement
+
+    mode = enter_tensor_placement()
     try:
         yield
     finally:
+        exit_tensor_placement(mode)
         stack.pop()
 
 
@@ -353,7 +391,11 @@ class Placement:
 
     def log_line(self) -> str:
         """The placement log line (TF1's ``name: (type): device``)."""
-        line = f"{self.request.name}: ({self.request.type}): {self.device} [{self.torch_device}]"
+        if self.request.kind == "stage":
+            line = f"{self.request.name}: ({self.request.type}): {self.device}"
+        else:
+            line = f"{self.request.describe()}: {self.device}"
+        line += f" [{self.torch_device}]"
         if self.soft:
             line += f" (soft placement: {self.requested or '<any>'} unavailable: {self.reason})"
         return line
@@ -459,9 +501,15 @@ def place(request: PlacementRequest, config: DeviceConfig | None = None, *,
         if reason is None:
             return _placed(request, spec, spec.replace(device_index=spec.device_index or 0),
                            physical, config)
+    return _fallback(request, spec, reason or "unavailable", config)
+
+
+def _fallback(request: PlacementRequest, spec: DeviceSpec, reason: str,
+              config: DeviceConfig) -> Placement:
+    """The CPU under soft placement (logged at WARNING), else InvalidArgumentError."""
     if not config.allow_soft_placement:
         raise InvalidArgumentError(
-            f"Cannot assign a device for stage {request.name!r} ({request.type}): could not "
+            f"Cannot assign a device for {request.describe()}: could not "
             f"satisfy device specification {spec.to_string() or '<any>'!r}: {reason}. "
             f"Set allow_soft_placement=True in feedq.DeviceConfig to fall back to "
             f"/device:CPU:0")
@@ -472,116 +520,13 @@ def place(request: PlacementRequest, config: DeviceConfig | None = None, *,
 
 
 def _placed(request: PlacementRequest, requested: DeviceSpec, spec: DeviceSpec, physical: int,
-            config: DeviceConfig) -> Placement:
+            config: DeviceConfig, torch_device: str | None = None) -> Placement:
     full = config.local_spec.make_merged_spec(spec)
     if physical >= 0:
         _apply_memory_fraction(physical, config)
-    placement = Placement(request, requested, full,
-                          "cpu" if physical < 0 else f"cuda:{physical}")
+    if torch_device is None:
+        torch_device = "cpu" if physical < 0 else f"cuda:{physical}"
+    placement = Placement(request, requested, full, torch_device)
     if config.log_device_placement:
         logger.info("%s", placement.log_line())
     return placement
-
-
-# ---------------------------------------------------------------------------
-# list_devices
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceInfo:
-    """One device this process can place stages on.
-
-    Attributes:
-        name: TF name, ``/device:GPU:0``.
-        torch_device: PyTorch name, ``cuda:1`` (after ``visible_devices``).
-        device_type: ``"CPU"`` or ``"GPU"``.
-        description: model and memory, e.g. ``"NVIDIA H200, 139.8 GiB"``.
-        memory_bytes: total device memory (0 for the CPU).
-        libraries: which libraries see it: ``("numpy",)``, ``("torch", "cupy")``...
-    """
-
-    name: str
-    torch_device: str
-    device_type: str
-    description: str
-    memory_bytes: int
-    libraries: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceListing:
-    """What :func:`list_devices` found: the devices, and why any GPU is missing.
-
-    Iterates over ``devices``; ``str()`` is a readable table.
-
-    Attributes:
-        devices: the CPU first, then each usable GPU as ``/gpu:i`` numbers it.
-        missing: one line per reason a GPU is not usable (empty when all is well).
-    """
-
-    devices: tuple[DeviceInfo, ...]
-    missing: tuple[str, ...]
-
-    def __iter__(self) -> Iterator[DeviceInfo]:
-        return iter(self.devices)
-
-    def __len__(self) -> int:
-        return len(self.devices)
-
-    def __str__(self) -> str:
-        lines = [f"{d.name:<16} {d.torch_device:<8} {d.description} "
-                 f"({', '.join(d.libraries)})" for d in self.devices]
-        lines += [f"missing: {reason}" for reason in self.missing]
-        return "\n".join(lines)
-
-
-def _probe_cupy() -> tuple[int, str | None]:
-    try:
-        import cupy
-    except ImportError:
-        return 0, 'cupy is not installed (pip install "feedq[cupy]")'
-    except Exception as exc:  # noqa: BLE001 - a broken CUDA install fails in many ways
-        return 0, f"cupy failed to import: {exc}"
-    try:
-        return int(cupy.cuda.runtime.getDeviceCount()), None
-    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError without a driver
-        return 0, f"cupy sees no GPU: {exc}"
-
-
-def list_devices(config: DeviceConfig | None = None) -> DeviceListing:
-    """Lists the devices stages can be placed on and why any GPU is missing.
-
-    Asks torch and CuPy (importing them if installed) how many GPUs they see
-    after ``CUDA_VISIBLE_DEVICES``, then applies ``config.visible_devices``.
-
-    Args:
-        config: defaults to :func:`get_device_config`.
-    """
-    config = get_device_config() if config is None else config
-    devices = [DeviceInfo("/device:CPU:0", "cpu", "CPU", "host memory", 0, ("numpy",))]
-    missing = []
-    probe = _probe()
-    cupy_count, cupy_reason = _probe_cupy()
-    if probe.count == 0:
-        missing.append(f"torch: {probe.reason}")
-    if cupy_reason is not None:
-        missing.append(f"cupy: {cupy_reason}")
-    visible = _visible(config)
-    mapping = tuple(range(probe.count)) if visible is None else visible
-    for index, physical in enumerate(mapping):
-        if physical >= probe.count:
-            missing.append(f"/device:GPU:{index}: visible_devices entry {physical} is past the "
-                           f"{probe.count} GPU(s) torch sees "
-                           f"(CUDA_VISIBLE_DEVICES={_visible_env()})")
-            continue
-        libs = ("torch", "cupy") if physical < cupy_count else ("torch",)
-        memory = probe.memory[physical]
-        devices.append(DeviceInfo(f"/device:GPU:{index}", f"cuda:{physical}", "GPU",
-                                  f"{probe.names[physical]}, {memory / 2**30:.1f} GiB",
-                                  memory, libs))
-    if visible is not None:
-        hidden = sorted(set(range(probe.count)) - set(visible))
-        if hidden:
-            missing.append(f"cuda:{','.join(map(str, hidden))} hidden by "
-                           f"DeviceConfig.visible_devices")
-    return DeviceListing(tuple(devices), tuple(missing))

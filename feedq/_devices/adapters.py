@@ -14,9 +14,10 @@ import numpy as np
 
 from feedq.errors import FailedPreconditionError
 
-from ._extras import require
-from ._feeder import DeviceFeeder, _Structure
-from ._spec import DeviceLike, DeviceSpec
+from .extras import require
+from .feeder import DeviceFeeder
+from .spec import DeviceLike, DeviceSpec
+from .structure import Structure
 
 __all__ = ["as_tf_dataset", "as_torch_dataset", "tf_signature", "to_cupy", "to_torch"]
 
@@ -92,7 +93,7 @@ def tf_signature(queue: Any, batch_size: int | None = None) -> Any:
     ``allow_smaller_final_batch``). Strings are ``np.dtype(object)``.
     The structure is the queue's: one pair, a tuple of pairs, or a dict.
     """
-    structure = _Structure.of_queue(queue)
+    structure = Structure.of_queue(queue)
     pairs = [(np.dtype(dt), (batch_size, *shape))
              for dt, shape in zip(queue.dtypes, queue.shapes)]
     if structure.kind == "list":

@@ -32,6 +32,25 @@ class MissingExtraError(FailedPreconditionError, ImportError):
     Not raised at ``import feedq``.
     """
 
+    @classmethod
+    def for_module(cls, module: str, feature: str) -> MissingExtraError:
+        """The error for ``feature`` needing ``module``, naming its pip extra.
+
+        For scripts that import an extra themselves::
+
+            try:
+                import torch
+            except ImportError:
+                sys.exit(str(feedq.MissingExtraError.for_module("torch", "this script")))
+
+        Args:
+            module: ``"torch"``, ``"cupy"``, ``"tensorflow"`` (or another module).
+            feature: what needs it, for the message.
+        """
+        extra = _EXTRAS.get(module, module)
+        return cls(f"{feature} needs {module}, which is not installed: "
+                   f'pip install "feedq[{extra}]"')
+
 
 def require(module: str, feature: str) -> ModuleType:
     """Imports ``module`` or raises :class:`MissingExtraError` naming its extra.
@@ -46,10 +65,7 @@ def require(module: str, feature: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        extra = _EXTRAS.get(module, module)
-        raise MissingExtraError(
-            f"{feature} needs {module}, which is not installed: "
-            f'pip install "feedq[{extra}]"') from exc
+        raise MissingExtraError.for_module(module, feature) from exc
 
 
 def loaded(module: str) -> ModuleType | None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from feedq.errors import DeadlineExceededError
 
-from ._extras import require
+from .extras import require
 
 __all__ = ["CudaEngine", "HostEngine", "Slot"]
 
