@@ -212,7 +212,7 @@ def test_reader_block_path_equals_per_record_path(tmp_path: Path, records: list[
         block = r.read_block(closed_queue(p), 100)
     defaults = [[0], [0.0], ["d"]]
     try:
-        want = per_record(block.values(), defaults)
+        want = per_record(block, defaults)  # both paths name the record by its key
     except InvalidArgumentError as exc:
         with pytest.raises(InvalidArgumentError, match=f"^{__import__('re').escape(exc.message)}$"):
             decode_csv(block, defaults)
