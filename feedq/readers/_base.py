@@ -690,7 +690,8 @@ class _Buffer:
 
         Reads at least up to ``block_bytes`` when it reads at all, or exactly
         up to ``need`` with ``exact`` (so fixed-size records end the buffer
-        with nothing left over to copy on the next refill). Returns False
+        with nothing left over to copy on the next refill); from a pipe, what
+        has come once ``need`` is met. Returns False
         when the stream ended -- or failed -- first; never raises: a stream
         error (corrupt compressed data, an OS read error) is kept in
         ``error`` with every byte read before it. An interrupted wait for a
@@ -702,6 +703,8 @@ class _Buffer:
         if self.error is not None or self.stream.at_eof:
             return False
         want = (need if exact else max(need, self.block_bytes)) - self.avail
+        short = need - self.avail  # reads from a pipe stop once these came
+        streaming = self.stream.streaming
         if self.stream.size is not None:
             # Plain file: never ask for more than the file holds, whatever
             # a (hostile) length prefix says.
@@ -719,6 +722,8 @@ class _Buffer:
                     break
                 chunks.append(c)
                 got += len(c)
+                if streaming and got >= short:
+                    break  # a pipe: wait for what is needed, not for a whole block
         except DataLossError as exc:
             self.error = exc  # reported after the records read so far
         finally:

@@ -15,7 +15,7 @@ from feedq.readers._base import (
     _empty_block,
     _not_found,
 )
-from feedq.readers._io import normalize_compression, open_stream
+from feedq.readers._io import INTERRUPTS, normalize_compression, open_stream
 
 __all__ = ["FixedLengthRecordReader"]
 
@@ -159,7 +159,12 @@ class FixedLengthRecordReader(ReaderBase):
         # Read whole strides only: the next block starts a fresh buffer
         # instead of copying a partial record over. A stream error stays in
         # buf.error until the whole records read before it are out (R14).
-        buf.fill(max(k * S, (k - 1) * S + L) + self.footer_bytes, exact=True)
+        try:
+            buf.fill(max(k * S, (k - 1) * S + L) + self.footer_bytes, exact=True)
+        except INTERRUPTS:
+            if self._fit(buf.avail) == 0:
+                raise
+            # A pipe ran dry before the deadline: the whole records so far.
         k = min(k, self._fit(buf.avail))
         if k == 0:
             if buf.error is not None:

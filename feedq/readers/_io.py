@@ -162,9 +162,10 @@ class Waiter:
 class _PollFile:
     """A pipe or device opened non-blocking, read after ``poll`` says it is ready.
 
-    ``read(n)`` returns 1..n bytes as soon as some are there, ``b""`` at the
-    end of the data (the last writer closed), or raises what the waiter
-    raises, having consumed nothing.
+    ``read(n)`` waits (bounded by the waiter) until some bytes are there,
+    then returns what is there without waiting again: 1..n bytes, ``b""``
+    at the end of the data (the last writer closed). An interrupted wait
+    raises what the waiter raises, having consumed nothing.
     """
 
     def __init__(self, raw: Any, name: str, waiter: Waiter) -> None:
@@ -178,14 +179,34 @@ class _PollFile:
             self._poll.register(self._fd, select.POLLIN | select.POLLPRI)
         else:  # pragma: no cover - Windows has no FIFOs to open
             self._poll = self._fd
+        self._eof = False  # the end was seen after bytes a read returned
 
     def read(self, n: int) -> bytes:
+        if self._eof or n <= 0:
+            return b""
         while True:
             self._waiter.wait_readable(self._poll, self._name)
             try:
-                return os.read(self._fd, n)
+                first = os.read(self._fd, n)
+                break
             except BlockingIOError:  # readable, then drained by someone else
                 continue
+        if not first or len(first) == n:
+            return first
+        # Take what else is there now (a fast writer refills the pipe's
+        # 64 KiB as we read), without waiting for more.
+        parts, got = [first], len(first)
+        while got < n:
+            try:
+                more = os.read(self._fd, n - got)
+            except BlockingIOError:
+                break
+            if not more:
+                self._eof = True
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
 
     def fileno(self) -> int:
         return self._fd
@@ -218,6 +239,8 @@ class _Inflater:
     def _read_raw(self) -> bytes:
         try:
             data: bytes = self._raw.read(_COMPRESSED_CHUNK)
+        except INTERRUPTS:  # a TimeoutError is an OSError too: not a read error
+            raise
         except OSError as exc:  # EIO and friends: the module's promise (R14)
             raise DataLossError(
                 f"{self.name}: read failed at compressed offset {self._raw_offset}: "
@@ -404,6 +427,8 @@ class _ZstdInflater:
     def _read_raw(self) -> bytes:
         try:
             data: bytes = self._raw.read(_COMPRESSED_CHUNK)
+        except INTERRUPTS:  # a TimeoutError is an OSError too: not a read error
+            raise
         except OSError as exc:
             raise DataLossError(
                 f"{self.name}: read failed at compressed offset {self._raw_offset}: "
@@ -620,7 +645,9 @@ class ByteStream:
 
     def read(self, n: int) -> bytes:
         """Read up to ``n`` bytes; fewer only at the end of the stream, before
-        an error (which the next call raises), or before an interrupted wait.
+        an error (which the next call raises), or -- from a pipe or device
+        (``streaming``) -- when fewer are there: such a read waits for some
+        bytes, not for ``n``. ``b""`` only at the end of the stream.
 
         Raises:
             DataLossError: corrupt or truncated compressed data, or an OS read
@@ -661,8 +688,7 @@ class ByteStream:
                     self._eof = True
                     break
                 parts.append(chunk)
-                want -= len(chunk)
-                continue
+                break  # what the pipe had: the caller decides whether to wait for more
             if self._chunk_pos >= len(self._chunk):
                 try:
                     chunk = self._next_chunk()
@@ -687,6 +713,8 @@ class ByteStream:
                 parts.append(self._chunk[self._chunk_pos : self._chunk_pos + take])
             self._chunk_pos += take
             want -= take
+            if self.streaming:
+                break  # a pipe: what has come, without waiting for more
         if not parts:
             return b""
         data = parts[0] if len(parts) == 1 else b"".join(parts)

@@ -81,12 +81,17 @@ class TextLineReader(ReaderBase):
     def _refill(self, need: int) -> None:
         buf = self._buf
         assert buf is not None
+        # Newlines not yet consumed, as stream offsets: only new bytes are scanned.
+        keep = self._nl[self._nl_i :] + buf.base
+        old_end = buf.base + len(buf.data)
         try:
             buf.fill(need)  # a stream error stays in buf.error, after the bytes read
         finally:
             # Also after an interrupted wait for a pipe: fill moved the window.
+            start = old_end - buf.base
             u8 = np.frombuffer(buf.data, dtype=np.uint8)
-            self._nl = np.flatnonzero(u8[buf.pos :] == 10).astype(np.int64) + buf.pos
+            new = np.flatnonzero(u8[start:] == 10).astype(np.int64) + start
+            self._nl = np.concatenate([keep - buf.base, new]) if len(keep) else new
             self._nl_i = 0
 
     def _next_block(self, n: int) -> RecordBlock:
@@ -107,8 +112,10 @@ class TextLineReader(ReaderBase):
                 break
             # Not enough whole lines buffered: read on (a line longer than the
             # block grows the buffer to hold it; text has no length limit).
+            # From a pipe, whatever comes next, then look for newlines again.
+            grow = 1 if buf.stream.streaming else max(self.block_bytes, buf.avail)
             try:
-                self._refill(buf.avail + max(self.block_bytes, buf.avail))
+                self._refill(buf.avail + grow)
             except INTERRUPTS:
                 # A pipe ran dry before the deadline: the whole lines so far.
                 if len(self._nl) - self._nl_i == 0:
