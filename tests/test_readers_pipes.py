@@ -305,6 +305,7 @@ def test_a_slow_writer_gives_the_whole_lines_so_far_then_the_rest(fifo: Path) ->
         # The writer stalls after "part": the complete lines come back at the deadline.
         keys, values = Bg(reader.read_up_to, q, 10, timeout=0.5, name="r1").result(timeout=5)
         assert values.tolist() == [b"l1", b"l2", b"l3"]
+        assert keys.tolist() == [f"{fifo}:{i}".encode() for i in (1, 2, 3)]
         with pytest.raises(DeadlineExceededError):  # no whole line buffered
             Bg(reader.read_up_to, q, 10, timeout=0.2, name="r2").result(timeout=5)
         go.set()
