@@ -403,10 +403,11 @@ class _ZstdWalker:
 class _ZstdInflater:
     """ZSTD decompression of one file, produced in bounded chunks (frames chained).
 
-    zstd's one-shot ``decompress`` has no output limit, so compressed input
-    is fed a few whole blocks at a time (:class:`_ZstdWalker`): one call
-    never produces more than ``max(n, 128 KiB)`` bytes, whatever a hostile
-    file claims. Concatenated frames (as ``cat a.zst b.zst`` makes) continue
+    zstd's ``decompressobj`` has no output limit, so compressed input is fed
+    a few blocks at a time (:class:`_ZstdWalker`): one step produces about
+    ``n`` bytes at most (whole blocks of at most 128 KiB each), whatever a
+    hostile file claims -- 32 KiB of RLE blocks would otherwise expand to
+    1 GiB in one call. Concatenated frames (as ``cat a.zst b.zst`` makes) continue
     the stream; skippable frames are passed over; a stream that ends inside
     a frame is truncated.
     """
