@@ -212,7 +212,7 @@ def test_reader_block_path_equals_per_record_path(tmp_path: Path, records: list[
         block = r.read_block(closed_queue(p), 100)
     defaults = [[0], [0.0], ["d"]]
     try:
-        want = per_record(block.values(), defaults)
+        want = per_record(block, defaults)  # both paths name the record by its key
     except InvalidArgumentError as exc:
         with pytest.raises(InvalidArgumentError, match=f"^{__import__('re').escape(exc.message)}$"):
             decode_csv(block, defaults)
@@ -232,3 +232,114 @@ def test_block_path_really_uses_pyarrow(tmp_path: Path, monkeypatch: pytest.Monk
     a, b, c = decode_csv(block, [[0], [0.0], [""]])
     assert calls and a.tolist() == list(range(1000)) and c[-1] == b"s999"
     assert a.flags.writeable and b.flags.writeable
+
+
+# ------------------------------------------- errors name file:line (issue 11)
+
+
+def _deep_csv(tmp_path: Path, bad_line: int, bad: str, total: int = 20_010) -> Path:
+    """A CSV with a header and ``total`` physical lines; line ``bad_line`` is ``bad``."""
+    lines = ["a,b,c"] + [f"{i},{i}.5,s{i}" for i in range(2, total + 1)]
+    lines[bad_line - 1] = bad
+    p = tmp_path / "deep.csv"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _first_error(p: Path, defaults: list, decode=decode_csv, **kw) -> str:
+    with TextLineReader(skip_header_lines=1, **kw) as r:
+        q = closed_queue(p)
+        while True:
+            block = r.read_block(q, 4096)
+            try:
+                decode(block, defaults)
+            except InvalidArgumentError as exc:
+                return exc.message
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("20001,abc,x", "Field 1 in {p}:20002 is not a valid float: abc"),
+    ("20001,2.5", "Expect 3 fields but have 2 in {p}:20002"),
+    (",2.5,x", "Field 0 is required but missing in {p}:20002!"),
+    ('20001,2.5,"x', "Quoted field has to end with quote followed by delim or end in {p}:20002"),
+    ('20001,2.5,x"y', "Unquoted fields cannot have quotes/CRLFs inside in {p}:20002"),
+])
+def test_block_errors_name_the_file_and_physical_line(tmp_path: Path, bad: str, message: str) -> None:
+    # Before: "... in record 3616" (the line's place in its 4096-line block), no file.
+    p = _deep_csv(tmp_path, 20_002, bad)
+    defaults = [[], [0.0], [""]]
+    want = message.format(p=p)
+    assert _first_error(p, defaults) == want  # pyarrow first, then the per-record path
+    assert _first_error(p, defaults, decode=per_record) == want  # per-record path alone
+
+
+def test_fast_and_fallback_paths_give_the_same_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = _deep_csv(tmp_path, 20_002, "20001,abc,x")
+    want = f"Field 1 in {p}:20002 is not a valid float: abc"
+    calls: list[bool] = []
+    orig = csv_mod._arrow_block
+    monkeypatch.setattr(csv_mod, "_arrow_block", lambda *a: calls.append(True) or orig(*a))
+    assert _first_error(p, [[0], [0.0], [""]]) == want
+    assert calls  # the pyarrow path did see the block (and gave way to the reference)
+    # A line pyarrow's guard rejects up front (a stray quote) sends the whole
+    # block to the per-record path: the same message.
+    q = _deep_csv(tmp_path, 20_002, "20001,abc,x")
+    text = q.read_text().replace("20000,20000.5,s20000", '20000,20000.5,"s20000"')
+    q.write_text(text)
+    assert _first_error(q, [[0], [0.0], [""]]) == want
+
+
+def test_gzip_text_blocks_name_lines_too(tmp_path: Path) -> None:
+    import gzip
+
+    p = _deep_csv(tmp_path, 9_000, "8999,x,y")
+    gz = tmp_path / "deep.csv.gz"
+    gz.write_bytes(gzip.compress(p.read_bytes()))
+    want = f"Field 1 in {gz}:9000 is not a valid float: x"
+    assert _first_error(gz, [[0], [0.0], [""]], compression="GZIP") == want
+
+
+def test_plain_records_keep_in_record_k() -> None:
+    records = [f"{i},{i}.5,s" for i in range(5000)]
+    records[4321] = "4321,abc,s"
+    with pytest.raises(InvalidArgumentError, match=r"^Field 1 in record 4321 is not a valid float: abc$"):
+        decode_csv(records, [[0], [0.0], [""]])
+    with pytest.raises(InvalidArgumentError, match=r"^Field 1 in record 4321 is not a valid float: abc$"):
+        per_record(records, [[0], [0.0], [""]])
+
+
+def test_whole_file_and_tfrecord_blocks_are_named_by_their_keys(tmp_path: Path) -> None:
+    from feedq.readers import TFRecordReader, TFRecordWriter, WholeFileReader
+
+    w = tmp_path / "one.csv"
+    w.write_bytes(b"1,x")
+    with WholeFileReader() as r:
+        block = r.read_block(closed_queue(w), 1)
+    with pytest.raises(InvalidArgumentError, match=rf"^Field 1 in {w} is not a valid int32: x$"):
+        decode_csv(block, [[0], [0]])
+    t = tmp_path / "rows.tfrecord"
+    with TFRecordWriter(t) as tw:
+        tw.write_many([b"1,2", b"3,y"])
+    with TFRecordReader() as r:
+        block = r.read_block(closed_queue(t), 10)
+    with pytest.raises(InvalidArgumentError, match=rf"^Field 1 in {t}:19 is not a valid int32: y$"):
+        decode_csv(block, [[0], [0]])  # key = file:byte offset of the record (R13)
+
+
+@pytest.mark.parametrize("defaults", [
+    [[[1]], [0]],
+    [[0], [[]]],
+    [np.zeros((1, 1), np.int32), [0]],
+    [[0], np.array([[b"a"]])],
+])
+def test_rank_2_record_defaults_are_invalid_argument(defaults: list) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^record_defaults\[\d\] must be at most rank 1 .* but is rank 2$"):
+        decode_csv(["1,2"], defaults)
+
+
+def test_rank_0_and_1_record_defaults_still_work() -> None:
+    out = decode_csv(["1,2", "3,"], [np.int64(0), np.array([7], np.int32)])
+    assert out[0].tolist() == [1, 3] and out[1].tolist() == [2, 7]
+    assert decode_csv(["1"], [[]])[0].dtype == np.float32

@@ -147,5 +147,5 @@ def test_invalid_arguments() -> None:
         FixedLengthRecordReader(record_bytes=0)
     with pytest.raises(ValueError, match=r"^hop_bytes must be >= 0, got -1$"):
         FixedLengthRecordReader(record_bytes=1, hop_bytes=-1)
-    with pytest.raises(ValueError, match=r"^compression must be '', 'GZIP' or 'ZLIB', got 'LZ4'$"):
+    with pytest.raises(ValueError, match=r"^compression must be '', 'GZIP', 'ZLIB' or 'ZSTD', got 'LZ4'$"):
         FixedLengthRecordReader(record_bytes=1, encoding="LZ4")

@@ -30,8 +30,16 @@ a file". Blocks stay valid after later reads (buffers are never reused).
 
 Bad input is reported once and then skipped past: ``NotFoundError`` for a
 missing file, ``DataLossError`` naming file and byte offset for a corrupt or
-truncated record, after the good records before it (R8, R9, R12, X6);
-``on_error="skip"`` logs and counts instead. ``state_dict()`` /
+truncated record (file and row group for Parquet), after the good records
+before it (R8, R9, R12, X6); ``on_error="skip"`` logs and counts instead.
+``decode_csv`` names a bad line of a reader's block by its key
+(``file.csv:20002``).
+
+Compression: ``""``, ``"GZIP"``, ``"ZLIB"``, and ``"ZSTD"`` with the
+``zstd`` extra (``pip install "feedq[zstd]"``), for TFRecord, text and
+fixed-length files alike. Named pipes, devices and ``/proc`` files are
+streamed to their end; waiting for their data honours the read's
+``timeout`` and ``close()``. ``state_dict()`` /
 ``load_state_dict()`` save and restore a reader's file, offset and counters.
 ``reader.close()`` (or ``with reader:``) closes the current file and ends its
 read-ahead thread at once; the reader keeps its place, and its next read
@@ -41,6 +49,7 @@ reopens the file at the next record.
 from __future__ import annotations
 
 from feedq.readers._base import ReaderBase, RecordBlock
+from feedq.readers._crc import masked_crc32c as masked_crc32c  # re-export; not in __all__
 from feedq.readers._csv import decode_csv
 from feedq.readers._example import (
     FixedLenFeature,
@@ -87,6 +96,11 @@ __all__ = [
     "serialize_example",
     "tf_record_iterator",
 ]
+
+# Not in __all__ on purpose: masked_crc32c (TFRecord's checksum) is exported
+# for feedq's own packages (feedq._datasets writes TFRecord files) so they
+# need not reach into feedq.readers._crc; it is not part of the documented
+# API, and `from feedq.readers import *` leaves it out.
 
 # Show the public path in reprs and docs (feedq.readers.TextLineReader, not
 # feedq.readers._text.TextLineReader).

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
+from feedq import _scope
+from feedq._defaults import resolve_timeout
 from feedq.errors import DataLossError, FeedqError, InvalidArgumentError, NotFoundError
-from feedq.readers._io import ByteStream, open_stream
+from feedq.readers._io import INTERRUPTS, ByteStream, Waiter, open_stream
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -192,7 +195,18 @@ class ReaderBase:
     ``load_state_dict(state_dict())`` would (a file gone since raises
     ``NotFoundError`` once, R8). Close the filename queue before closing a
     reader that another thread may be reading with: ``close()`` waits for a
-    read in progress, which may be waiting for a filename.
+    read in progress, which may be waiting for a filename. A read waiting
+    for data from a pipe is woken by ``close()`` (``CancelledError``). A
+    reader created inside ``with feedq.Pipeline()`` (any closing scope of
+    ``feedq._scope``) is closed by the pipeline when it shuts down.
+
+    Pipes and devices: a named pipe, a character device or a ``/proc`` file
+    is read to its end like any file, without assuming a size. Every wait for
+    its data -- including for a writer to open a FIFO -- is bounded by the
+    call's ``timeout`` (``DeadlineExceededError``; the bytes read so far stay
+    buffered and the next call goes on) and by ``close()``. A pipe cannot be
+    reopened where it was: ``close()`` in the middle of one drops the rest
+    of it (with a warning).
 
     Args:
         on_error: ``"raise"`` (default) or ``"skip"``.
@@ -234,6 +248,11 @@ class ReaderBase:
         self._records = 0
         self._units = 0
         self._skipped = 0
+        # Bounds waits for pipes: the deadline of the call in progress, and
+        # close() from another thread.
+        self._waiter = Waiter()
+        # Inside `with feedq.Pipeline()`, the pipeline closes this reader.
+        _scope.register_closeable(self)
 
     # ----------------------------------------------------------------- TF1 API
     def read(self, queue: FilenameQueue, timeout: float | None = None) -> tuple[bytes, bytes]:
@@ -241,7 +260,8 @@ class ReaderBase:
 
         Args:
             queue: the filename queue (elements are single scalar strings).
-            timeout: seconds to wait for a filename; None = process default.
+            timeout: seconds to wait for a filename (and for a pipe's data),
+                for the whole call; None = process default.
 
         Returns:
             ``(key, value)`` byte strings.
@@ -250,6 +270,9 @@ class ReaderBase:
             OutOfRangeError: the queue is closed and empty (its own message).
             NotFoundError: a file is missing (once; the reader moves on).
             DataLossError: a corrupt record (once; the reader moves on).
+            DeadlineExceededError: ``timeout`` passed waiting for a filename
+                or for a pipe's data (nothing read is lost).
+            CancelledError: ``close()`` woke a wait for a pipe's data.
         """
         block = self.read_block(queue, 1, timeout=timeout)
         return block.keys()[0], block.values()[0]
@@ -265,7 +288,8 @@ class ReaderBase:
         Args:
             queue: the filename queue.
             num_records: the most records to return (>= 1).
-            timeout: seconds to wait for a filename; None = process default.
+            timeout: seconds to wait for a filename (and for a pipe's data),
+                for the whole call; None = process default.
 
         Returns:
             ``(keys, values)``, two ``[k]`` object arrays of bytes.
@@ -294,7 +318,11 @@ class ReaderBase:
         Args:
             queue: the filename queue.
             num_records: the most records to return (>= 1).
-            timeout: seconds to wait for a filename; None = process default.
+            timeout: seconds to wait for a filename (and for a pipe's data),
+                for the whole call; None = process default. From a pipe
+                whose writer is slow, the records complete when the time is
+                up are returned (fewer than ``num_records`` even with
+                ``fill``), or ``DeadlineExceededError`` when there are none.
             fill: keep reading the same file until ``num_records``.
 
         Returns:
@@ -306,10 +334,15 @@ class ReaderBase:
         if int(num_records) < 1:
             raise InvalidArgumentError(f"num_records must be >= 1, got {num_records}")
         n = int(num_records)
+        limit = resolve_timeout(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
         with self._lock:
+            self._waiter.deadline = deadline
             while True:
                 if self._work_unit is None:
-                    self._start_next(queue, timeout)
+                    # One deadline for the whole call (STYLE 2).
+                    wait = timeout if deadline is None else max(0.0, deadline - time.monotonic())
+                    self._start_next(queue, wait)
                     continue
                 if self._reopen is not None:
                     self._reopen_unit()
@@ -329,6 +362,8 @@ class ReaderBase:
                             except _SkipFile as err:
                                 self._pending = err  # after the good records (R14)
                                 break
+                            except INTERRUPTS:
+                                break  # a pipe ran dry: the records so far
                             if len(more) == 0:
                                 break
                             parts.append(more)
@@ -377,15 +412,31 @@ class ReaderBase:
 
         The reader stays usable and keeps its place: the next read reopens
         the file at the next record (see the class docstring). Waits for a
-        read in progress on another thread.
+        read in progress on another thread; one waiting for a pipe's data is
+        woken at once (it raises ``CancelledError``).
         """
+        self._waiter.cancel()  # wake a read waiting for a pipe: it holds the lock
         with self._lock:
-            if self._work_unit is not None and self._reopen is None:
-                # An error still to report is found again on reopening: the
-                # position is the bad record's (as in state_dict).
-                self._reopen = self._position()
-                self._pending = None
-            self._close_stream()
+            try:
+                if self._work_unit is not None and self._reopen is None:
+                    stream = self._stream
+                    if stream is not None and stream.streaming and stream.offset > 0:
+                        # A pipe cannot be reopened where it was.
+                        logger.warning(
+                            "%s closed %s after %d bytes: the rest of it is not read",
+                            self.name,
+                            _name(self._work_unit),
+                            stream.offset,
+                        )
+                        self._finish_unit(completed=False)
+                    else:
+                        # An error still to report is found again on reopening:
+                        # the position is the bad record's (as in state_dict).
+                        self._reopen = self._position()
+                        self._pending = None
+                self._close_stream()
+            finally:
+                self._waiter.reset()
 
     def __enter__(self) -> Self:
         return self
@@ -458,7 +509,11 @@ class ReaderBase:
 
     # ----------------------------------------------------- subclass interface
     def _open(self, work_unit: bytes) -> None:
-        """Open ``work_unit`` (set ``self._stream`` etc.); raise ``_SkipFile`` on failure."""
+        """Open ``work_unit`` (set ``self._stream`` etc.); raise ``_SkipFile`` on failure.
+
+        Must not read: a pipe may have no data yet, and waits belong in
+        :meth:`_next_block`, which can be interrupted and called again.
+        """
         raise NotImplementedError
 
     def _next_block(self, n: int) -> Any:
@@ -466,7 +521,10 @@ class ReaderBase:
         an empty block at the end of the file.
 
         May set ``self._pending`` (an error after the returned records) or
-        raise ``_SkipFile`` when no good record precedes the error.
+        raise ``_SkipFile`` when no good record precedes the error. A wait
+        for a pipe may raise ``DeadlineExceededError`` / ``CancelledError``:
+        the reader's state must then let the next call go on (bytes read
+        stay in the buffer).
         """
         raise NotImplementedError
 
@@ -565,10 +623,17 @@ def _data_loss(err: DataLossError, offset: int | None, resume: int | None = None
     return _SkipFile(err, offset, resume)
 
 
-def _open_stream_at(work_unit: bytes, compression: str, offset: int) -> ByteStream:
+def _open_stream_at(
+    work_unit: bytes, compression: str, offset: int, waiter: Waiter | None = None
+) -> ByteStream:
     """Open a work unit positioned at ``offset``; open errors become per-file skips (R8)."""
     try:
-        stream = open_stream(work_unit, compression)
+        stream = open_stream(work_unit, compression, waiter)
+        if offset and stream.streaming:
+            stream.close()
+            raise DataLossError(
+                f"{stream.name}: a pipe cannot be reopened at offset {offset}"
+            )
         if offset:
             stream.skip(offset)
     except NotFoundError as exc:
@@ -625,16 +690,21 @@ class _Buffer:
 
         Reads at least up to ``block_bytes`` when it reads at all, or exactly
         up to ``need`` with ``exact`` (so fixed-size records end the buffer
-        with nothing left over to copy on the next refill). Returns False
+        with nothing left over to copy on the next refill); from a pipe, what
+        has come once ``need`` is met. Returns False
         when the stream ended -- or failed -- first; never raises: a stream
         error (corrupt compressed data, an OS read error) is kept in
-        ``error`` with every byte read before it.
+        ``error`` with every byte read before it. An interrupted wait for a
+        pipe (``DeadlineExceededError``, ``CancelledError``) propagates, with
+        the bytes read before it kept in the buffer.
         """
         if self.avail >= need:
             return True
         if self.error is not None or self.stream.at_eof:
             return False
         want = (need if exact else max(need, self.block_bytes)) - self.avail
+        short = need - self.avail  # reads from a pipe stop once these came
+        streaming = self.stream.streaming
         if self.stream.size is not None:
             # Plain file: never ask for more than the file holds, whatever
             # a (hostile) length prefix says.
@@ -652,7 +722,11 @@ class _Buffer:
                     break
                 chunks.append(c)
                 got += len(c)
+                if streaming and got >= short:
+                    break  # a pipe: wait for what is needed, not for a whole block
         except DataLossError as exc:
             self.error = exc  # reported after the records read so far
-        self.data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+        finally:
+            # Also when a wait for a pipe is interrupted: what came stays here.
+            self.data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         return self.avail >= need

@@ -16,7 +16,7 @@ import io
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,9 +61,25 @@ class _Column:
         self.default = default  # None = required column (D2)
 
 
+def _rank(d: Any) -> int:
+    # The rank of a default as TF sees it: nested lists/tuples count.
+    if isinstance(d, np.ndarray):
+        return d.ndim
+    if isinstance(d, (list, tuple)):
+        return 1 + max((_rank(v) for v in d), default=0)
+    return 0
+
+
 def _column_spec(i: int, d: Any) -> _Column:
     # D1: Python int -> int32, float -> float32, str/bytes -> string; NumPy
     # scalars and arrays keep their dtype; [] (TF: float32 tensor) -> required float32.
+    rank = _rank(d)
+    if rank > 1:
+        # TF: "Shape must be at most rank 1 but is rank 2".
+        raise InvalidArgumentError(
+            f"record_defaults[{i}] must be at most rank 1 (one value, or empty for a "
+            f"required column) but is rank {rank}"
+        )
     if isinstance(d, np.ndarray):
         values = list(d.reshape(-1))
         dtype = _norm_dtype(d.dtype)
@@ -212,26 +228,47 @@ def _per_record(
     quote: bool,
     na: bytes,
     select: Sequence[int] | None,
-    where: Any = None,
+    name: Callable[[int], str] | None = None,
 ) -> list[list[Any]]:
+    """The reference path. ``name(i)`` names record ``i`` in errors (its
+    key, ``file:line``, for a reader's block); default ``"record i"`` (TF)."""
     out: list[list[Any]] = [[] for _ in cols]
     ncols = len(cols)
     for i, rec in enumerate(flat):
-        fields = _extract_fields(rec, delim, quote, select, i)
-        if len(fields) != ncols:
-            raise InvalidArgumentError(
-                f"Expect {ncols} fields but have {len(fields)} in record {i}"
-            )
-        for f, (field, col) in enumerate(zip(fields, cols)):
-            if not field or (na and field == na):
-                if col.default is None:
-                    raise InvalidArgumentError(
-                        f"Field {f} is required but missing in record {i}!"
-                    )
-                out[f].append(col.default)
-            else:
-                out[f].append(_convert(field, col, f, i))
+        # Errors say "in record i"; a block's key replaces that where one is at fault.
+        try:
+            fields = _extract_fields(rec, delim, quote, select, i)
+            if len(fields) != ncols:
+                raise InvalidArgumentError(
+                    f"Expect {ncols} fields but have {len(fields)} in record {i}"
+                )
+            for f, (field, col) in enumerate(zip(fields, cols)):
+                if not field or (na and field == na):
+                    if col.default is None:
+                        raise InvalidArgumentError(
+                            f"Field {f} is required but missing in record {i}!"
+                        )
+                    out[f].append(col.default)
+                else:
+                    out[f].append(_convert(field, col, f, i))
+        except InvalidArgumentError as exc:
+            if name is None:
+                raise
+            raise InvalidArgumentError(_rename(exc.message, i, name(i))) from None
     return out
+
+
+def _rename(message: str, i: int, where: str) -> str:
+    # "... in record 7 ..." -> "... in a.csv:20002 ..." (the first mention).
+    return message.replace(f" in record {i}", f" in {where}", 1)
+
+
+def _block_names(block: RecordBlock) -> Callable[[int], str]:
+    # A reader's block knows each record's key: the file and line (or offset).
+    wu = block.work_unit.decode("utf-8", "backslashreplace")
+    if block.bare_keys:
+        return lambda i: wu
+    return lambda i: f"{wu}:{int(block.key_ids[i])}"
 
 
 def _to_array(values: list[Any], col: _Column, shape: tuple[int, ...]) -> np.ndarray:
@@ -392,8 +429,11 @@ def decode_csv(
     Raises:
         InvalidArgumentError: a bad delimiter, a record with the wrong number
             of fields, a missing required field, an unparsable number, a
-            quoting error (messages name the record, as in TF), or 2+ values
-            in one default.
+            quoting error, 2+ values in one default, or a default of rank 2+.
+            Messages name the record: ``in record k`` (its index, as in TF)
+            for plain records, ``in <file>:<line>`` (its key) for a block
+            from a reader -- the same from the pyarrow path and the
+            per-record path, which reports every error.
         ValueError: ``select_cols`` not strictly increasing or of a length
             other than ``record_defaults``.
         TypeError: an unsupported default type.
@@ -414,7 +454,9 @@ def decode_csv(
     na = na_value.encode() if isinstance(na_value, str) else bytes(na_value)
     delim = delim_b[0]
 
+    names: Callable[[int], str] | None = None
     if isinstance(records, RecordBlock):
+        names = _block_names(records)
         shape: tuple[int, ...] = (len(records),)
         lengths = records.lengths
         if records.span is not None and len(records) and not np.any(lengths == 0):
@@ -435,5 +477,5 @@ def decode_csv(
                 )
                 if fast is not None:
                     return [a.reshape(shape) for a in fast]
-    values = _per_record(flat, cols, delim, use_quote_delim, na, select)
+    values = _per_record(flat, cols, delim, use_quote_delim, na, select, names)
     return [_to_array(v, c, shape) for v, c in zip(values, cols)]

@@ -15,7 +15,7 @@ from feedq.readers._base import (
     _empty_block,
     _not_found,
 )
-from feedq.readers._io import normalize_compression, open_stream
+from feedq.readers._io import INTERRUPTS, normalize_compression, open_stream
 
 __all__ = ["FixedLengthRecordReader"]
 
@@ -43,7 +43,8 @@ class FixedLengthRecordReader(ReaderBase):
         header_bytes: bytes to skip at the start of every file.
         footer_bytes: bytes to ignore at the end of every file.
         hop_bytes: bytes between record starts; 0 means ``record_bytes``.
-        encoding: ``None``/``""``, ``"GZIP"`` or ``"ZLIB"``.
+        encoding: ``None``/``""``, ``"GZIP"``, ``"ZLIB"`` or ``"ZSTD"`` (the
+            ``zstd`` extra).
         on_error: ``"raise"`` or ``"skip"`` (see :class:`ReaderBase`).
         block_bytes: bytes buffered per block.
         name: a name for logs.
@@ -80,7 +81,9 @@ class FixedLengthRecordReader(ReaderBase):
                 raise ValueError(f"{label} must be >= 0, got {v}")
         self.encoding = normalize_compression(encoding)
         self._stride = self.hop_bytes or self.record_bytes
-        self._buf: _Buffer | None = None
+        self._buf: _Buffer | None = None  # None until the stream is at _skip_to
+        self._skip_to = 0  # stream offset where the next buffer starts
+        self._check_short = False  # the file's length is still to be checked (R12)
         self._next = 0  # index of the next record in the current file
 
     def _record_offset(self, i: int) -> int:
@@ -90,21 +93,45 @@ class FixedLengthRecordReader(ReaderBase):
         self._open_at(work_unit, 0)
 
     def _open_at(self, work_unit: bytes, index: int) -> None:
-        name = work_unit.decode("utf-8", "backslashreplace")
+        # Only opens: skipping the header (or to a saved record) reads, which
+        # for a pipe may wait, so _next_block does it (_start_buffer).
         try:
-            stream = self._stream = open_stream(work_unit, self.encoding)
-            start = self._record_offset(index)
-            skipped = stream.skip(start)
-            buf = _Buffer(stream, self.block_bytes)
-            short = skipped < start or not buf.fill(self.footer_bytes)
+            stream = self._stream = open_stream(work_unit, self.encoding, self._waiter)
         except NotFoundError as exc:
             raise _not_found(exc) from None
         except DataLossError as exc:
             raise _data_loss(exc, None) from None
+        if index and stream.streaming:
+            raise _data_loss(
+                DataLossError(f"{stream.name}: a pipe cannot be reopened at record {index}"), None
+            )
+        self._buf = None
+        self._skip_to = self._record_offset(index)  # where the buffer starts
+        self._check_short = index == 0  # R12: a file shorter than header + footer
+        self._next = index
+
+    def _start_buffer(self) -> _Buffer:
+        """Skip to ``_skip_to`` and start the buffer there (resumable after a
+        wait for a pipe is cut short: the stream's offset says how far it got)."""
+        stream = self._stream
+        assert stream is not None
+        try:
+            if stream.offset < self._skip_to:
+                stream.skip(self._skip_to - stream.offset)
+        except DataLossError as exc:
+            raise _data_loss(exc, None) from None
+        buf = self._buf = _Buffer(stream, self.block_bytes)
+        return buf
+
+    def _check_length(self, buf: _Buffer) -> None:
+        # R12, X6: a file shorter than header_bytes + footer_bytes is an error.
+        stream = buf.stream
+        short = stream.offset < self._skip_to or not buf.fill(self.footer_bytes)
         if short and buf.error is not None:
             raise _data_loss(buf.error, stream.offset)
-        if short and index == 0:
+        if short:
             size = stream.offset
+            name = (self._work_unit or b"").decode("utf-8", "backslashreplace")
             raise _data_loss(
                 DataLossError(
                     f"{name}: file of {size} bytes is shorter than header_bytes="
@@ -112,8 +139,7 @@ class FixedLengthRecordReader(ReaderBase):
                 ),
                 size,
             )
-        self._buf = buf
-        self._next = index
+        self._check_short = False
 
     def _fit(self, avail: int) -> int:
         # Records that fit in `avail` bytes from the next record's start,
@@ -123,13 +149,22 @@ class FixedLengthRecordReader(ReaderBase):
 
     def _next_block(self, n: int) -> RecordBlock:
         buf, wu = self._buf, self._work_unit
-        assert buf is not None and wu is not None
+        assert wu is not None
+        if buf is None:
+            buf = self._start_buffer()
+        if self._check_short:
+            self._check_length(buf)
         L, S = self.record_bytes, self._stride
         k = min(n, max(1, self.block_bytes // S))
         # Read whole strides only: the next block starts a fresh buffer
         # instead of copying a partial record over. A stream error stays in
         # buf.error until the whole records read before it are out (R14).
-        buf.fill(max(k * S, (k - 1) * S + L) + self.footer_bytes, exact=True)
+        try:
+            buf.fill(max(k * S, (k - 1) * S + L) + self.footer_bytes, exact=True)
+        except INTERRUPTS:
+            if self._fit(buf.avail) == 0:
+                raise
+            # A pipe ran dry before the deadline: the whole records so far.
         k = min(k, self._fit(buf.avail))
         if k == 0:
             if buf.error is not None:
@@ -155,24 +190,23 @@ class FixedLengthRecordReader(ReaderBase):
         assert buf is not None
         buf.pos += nbytes
         if buf.pos > len(buf.data):
-            # hop_bytes > record_bytes: the next record starts past the buffer.
-            gap = buf.pos - len(buf.data)
-            try:
-                buf.stream.skip(gap)
-            except DataLossError as exc:
-                # The block being returned is good: report this on the next call.
-                buf.error = exc
-            buf.data, buf.pos, buf.base = b"", 0, buf.stream.offset
+            # hop_bytes > record_bytes: the next record starts past the
+            # buffer; the next call skips there (an error then is reported
+            # then, after this good block).
+            self._skip_to = buf.base + buf.pos
+            self._buf = None
 
     def _exhausted(self) -> bool:
-        buf = self._buf
-        if buf is None:
+        s = self._stream
+        if s is None:
             return True
-        s = buf.stream
-        if buf.error is not None:
+        buf = self._buf
+        if buf is not None and buf.error is not None:
             return False  # the error is still to be reported
         if s.size is not None:
             return self._record_offset(self._next) + self.record_bytes + self.footer_bytes > s.size
+        if buf is None:
+            return s.at_eof  # a hop past the buffer is still to be skipped
         return s.at_eof and self._fit(buf.avail) == 0
 
     def _position(self) -> tuple[int, int]:
@@ -180,6 +214,9 @@ class FixedLengthRecordReader(ReaderBase):
 
     def _seek(self, offset: int, index: int) -> None:
         assert self._work_unit is not None
+        stream = self._stream
+        if stream is not None and self._buf is None and self._next == index and stream.offset == 0:
+            return  # freshly opened there (a pipe is not reopened)
         self._close_stream()
         self._open_at(self._work_unit, index)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +76,11 @@ class ParquetReader(ReaderBase):
     ``b"<filename>:<row>"``. pyarrow decodes one row group at a time, so
     memory follows the row-group size, not the file size.
 
+    A corrupt row group (bad pages, invalid UTF-8 in a string column) raises
+    ``DataLossError`` naming the file and the row group, after the rows
+    before it; with ``on_error="skip"`` it is counted and logged and reading
+    goes on with the next row group (keys keep the true row numbers).
+
     Args:
         columns: the columns to read (None = all).
         on_error: ``"raise"`` or ``"skip"`` (see :class:`ReaderBase`).
@@ -89,12 +97,16 @@ class ParquetReader(ReaderBase):
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         name: str | None = None,
     ) -> None:
+        # Before super().__init__, which may hand the reader to a closing scope.
+        self._pf: Any = None
+        self._batches: deque[pa.RecordBatch] = deque()  # of the current row group
         super().__init__(on_error=on_error, block_bytes=block_bytes, name=name)
         self.columns = list(columns) if columns is not None else None
-        self._pf: Any = None
         self._row = 0  # next row of the current file
-        self._pending_batch: pa.RecordBatch | None = None
-        self._iter: Any = None
+        self._group_rows: list[int] = []  # rows per row group of the current file
+        self._group = 0  # the next row group to read
+        self._group_first = 0  # its first row
+        self._drop = 0  # rows of it before the position (a restored state)
 
     def read_up_to(  # type: ignore[override]
         self, queue: FilenameQueue, num_records: int, timeout: float | None = None
@@ -126,47 +138,82 @@ class ParquetReader(ReaderBase):
 
         name = path_of(work_unit)
         try:
+            st = os.stat(name)
+        except FileNotFoundError:
+            raise _SkipFile(NotFoundError(f"{name}; No such file or directory"), None) from None
+        except OSError as exc:
+            raise _SkipFile(DataLossError(f"{name}; {exc.strerror or exc}"), None) from None
+        if not stat.S_ISREG(st.st_mode):
+            # Parquet needs to seek (its footer is at the end); opening a FIFO
+            # would also block until a writer came.
+            raise _SkipFile(
+                DataLossError(f"{name}: not a regular file (Parquet files must be seekable)"), 0
+            )
+        try:
             pf = pq.ParquetFile(name)
         except FileNotFoundError:
             raise _SkipFile(NotFoundError(f"{name}; No such file or directory"), None) from None
         except (pa.ArrowException, OSError) as exc:
             raise _SkipFile(DataLossError(f"{name}: not a readable Parquet file: {exc}"), 0) from None
         self._pf = pf
-        self._row = row
-        # Start at the row group holding `row`, then drop the rows before it.
-        groups, first = [], 0
         md = pf.metadata
-        for g in range(md.num_row_groups):
-            nrows = md.row_group(g).num_rows
-            if first + nrows > row:
-                groups.append(g)
-            else:
-                first += nrows
-        self._iter = pf.iter_batches(batch_size=65536, row_groups=groups, columns=self.columns)
-        self._pending_batch = None
-        self._drop = row - first
+        self._group_rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+        self._seek_row(row)
 
-    def _next_batch(self) -> pa.RecordBatch | None:
-        if self._pending_batch is not None:
-            b, self._pending_batch = self._pending_batch, None
-            return b
+    def _seek_row(self, row: int) -> None:
+        # Start at the row group holding `row`; drop the rows before it.
+        first, g = 0, 0
+        while g < len(self._group_rows) and first + self._group_rows[g] <= row:
+            first += self._group_rows[g]
+            g += 1
+        self._group = g  # the next row group to read
+        self._group_first = first  # its first row
+        self._row = row
+        self._drop = row - first
+        self._batches.clear()
+
+    def _read_group(self) -> bool:
+        """Queue the batches of the next row group; False after the last one.
+
+        The whole group is read and validated (UTF-8 of string columns
+        included) before any of its rows is returned, so a corrupt group is
+        reported as a unit, naming it, with the rows before it delivered and
+        -- with ``on_error="skip"`` -- the groups after it read on.
+        """
+        g = self._group
+        if g >= len(self._group_rows):
+            return False
+        first, nrows = self._group_first, self._group_rows[g]
         try:
-            while True:
-                b = next(self._iter)
-                if self._drop:
-                    cut = min(self._drop, b.num_rows)
-                    b = b.slice(cut)
-                    self._drop -= cut
-                if b.num_rows:
-                    return b
-        except StopIteration:
-            return None
-        except (pa.ArrowException, OSError) as exc:
+            table = self._pf.read_row_group(g, columns=self.columns)
+            table.validate(full=True)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             name = path_of(self._work_unit or b"")
             raise _SkipFile(
-                DataLossError(f"{name}: corrupt Parquet data after row {self._row}: {exc}"),
-                self._row,
+                DataLossError(
+                    f"{name}: corrupt Parquet data in row group {g} "
+                    f"(rows {first}-{first + nrows - 1}): {exc}"
+                ),
+                first,
+                resume=first + nrows,
             ) from None
+        self._group, self._group_first = g + 1, first + nrows
+        batches = table.to_batches(max_chunksize=65536)
+        drop, self._drop = self._drop, 0
+        for b in batches:
+            if drop:
+                cut = min(drop, b.num_rows)
+                b = b.slice(cut)
+                drop -= cut
+            if b.num_rows:
+                self._batches.append(b)
+        return True
+
+    def _next_batch(self) -> pa.RecordBatch | None:
+        while not self._batches:
+            if not self._read_group():
+                return None
+        return self._batches.popleft()
 
     def _next_block(self, n: int) -> ColumnBlock:
         wu = self._work_unit
@@ -179,7 +226,7 @@ class ParquetReader(ReaderBase):
             empty = pa.RecordBatch.from_pylist([], schema=schema)
             return ColumnBlock(wu, empty, np.zeros(0, dtype=np.int64))
         if b.num_rows > n:
-            self._pending_batch = b.slice(n)
+            self._batches.appendleft(b.slice(n))
             b = b.slice(0, n)
         ids = np.arange(self._row, self._row + b.num_rows, dtype=np.int64)
         self._row += b.num_rows
@@ -194,18 +241,16 @@ class ParquetReader(ReaderBase):
         return self._row, self._row
 
     def _seek(self, offset: int, index: int) -> None:
-        assert self._work_unit is not None
-        self._close_stream()
-        self._open_at(self._work_unit, index)
+        self._seek_row(index)
 
     def _close_stream(self) -> None:
         # The ParquetFile holds the open file, not self._stream.
         super()._close_stream()
         pf, self._pf = self._pf, None
-        self._iter = None
-        self._pending_batch = None
+        self._batches.clear()
         if pf is not None:
             pf.close()
 
-    def _resync(self, offset: int) -> None:  # pragma: no cover - never resyncs
-        raise NotImplementedError
+    def _resync(self, offset: int) -> None:
+        # on_error="skip": go on with the row group after the corrupt one.
+        self._seek_row(offset)

@@ -15,7 +15,7 @@ from feedq.readers._base import (
     _empty_block,
     _open_stream_at,
 )
-from feedq.readers._io import normalize_compression
+from feedq.readers._io import INTERRUPTS, normalize_compression
 
 __all__ = ["TextLineReader"]
 
@@ -35,7 +35,8 @@ class TextLineReader(ReaderBase):
 
     Args:
         skip_header_lines: lines to skip at the start of every file (>= 0).
-        compression: ``""``, ``"GZIP"`` or ``"ZLIB"`` (beyond TF1's reader).
+        compression: ``""``, ``"GZIP"``, ``"ZLIB"`` or ``"ZSTD"`` (beyond TF1's
+            reader; ZSTD needs the ``zstd`` extra).
         on_error: ``"raise"`` or ``"skip"`` (see :class:`ReaderBase`).
         block_bytes: bytes buffered per block.
         name: a name for logs.
@@ -66,17 +67,12 @@ class TextLineReader(ReaderBase):
         self._line = 1  # physical number of the next line
 
     def _open(self, work_unit: bytes) -> None:
+        # The header lines are skipped by the first _next_block (a pipe may
+        # have none yet; the line number says how many are left).
         self._open_at(work_unit, 0, 1)
-        if self.skip_header_lines:
-            skipped = 0
-            while skipped < self.skip_header_lines:
-                block = self._next_block(self.skip_header_lines - skipped)
-                if len(block) == 0:
-                    break
-                skipped += len(block)
 
     def _open_at(self, work_unit: bytes, offset: int, line: int) -> None:
-        self._stream = _open_stream_at(work_unit, self.compression, offset)
+        self._stream = _open_stream_at(work_unit, self.compression, offset, self._waiter)
         self._buf = _Buffer(self._stream, self.block_bytes)
         self._nl = np.zeros(0, dtype=np.int64)
         self._nl_i = 0
@@ -85,12 +81,27 @@ class TextLineReader(ReaderBase):
     def _refill(self, need: int) -> None:
         buf = self._buf
         assert buf is not None
-        buf.fill(need)  # a stream error stays in buf.error, after the bytes read
-        u8 = np.frombuffer(buf.data, dtype=np.uint8)
-        self._nl = np.flatnonzero(u8[buf.pos :] == 10).astype(np.int64) + buf.pos
-        self._nl_i = 0
+        # Newlines not yet consumed, as stream offsets: only new bytes are scanned.
+        keep = self._nl[self._nl_i :] + buf.base
+        old_end = buf.base + len(buf.data)
+        try:
+            buf.fill(need)  # a stream error stays in buf.error, after the bytes read
+        finally:
+            # Also after an interrupted wait for a pipe: fill moved the window.
+            start = old_end - buf.base
+            u8 = np.frombuffer(buf.data, dtype=np.uint8)
+            new = np.flatnonzero(u8[start:] == 10).astype(np.int64) + start
+            self._nl = np.concatenate([keep - buf.base, new]) if len(keep) else new
+            self._nl_i = 0
 
     def _next_block(self, n: int) -> RecordBlock:
+        while self._line <= self.skip_header_lines:  # R10: in every file
+            if len(self._lines(self.skip_header_lines - self._line + 1)) == 0:
+                assert self._work_unit is not None
+                return _empty_block(self._work_unit)
+        return self._lines(n)
+
+    def _lines(self, n: int) -> RecordBlock:
         buf = self._buf
         wu = self._work_unit
         assert buf is not None and wu is not None
@@ -101,7 +112,17 @@ class TextLineReader(ReaderBase):
                 break
             # Not enough whole lines buffered: read on (a line longer than the
             # block grows the buffer to hold it; text has no length limit).
-            self._refill(buf.avail + max(self.block_bytes, buf.avail))
+            # From a pipe, whatever comes next, then look for newlines again.
+            grow = 1 if buf.stream.streaming else max(self.block_bytes, buf.avail)
+            try:
+                self._refill(buf.avail + grow)
+            except INTERRUPTS:
+                # A pipe ran dry before the deadline: the whole lines so far.
+                if len(self._nl) - self._nl_i == 0:
+                    raise
+                complete = len(self._nl) - self._nl_i
+                ended = False
+                break
         k = min(n, complete)
         nl = self._nl[self._nl_i : self._nl_i + k]
         # k < n means every whole line was taken; at EOF a last line without
@@ -149,6 +170,10 @@ class TextLineReader(ReaderBase):
 
     def _seek(self, offset: int, index: int) -> None:
         assert self._work_unit is not None
+        buf = self._buf
+        if self._stream is not None and buf is not None and buf.base == offset == buf.offset:
+            self._line = index  # freshly opened there (a pipe is not reopened)
+            return
         self._close_stream()
         self._open_at(self._work_unit, offset, index)
 

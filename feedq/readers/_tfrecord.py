@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from feedq.readers._base import (
     _SkipFile,
 )
 from feedq.readers._crc import crc32c_function, mask_crc_array, masked_crc32c
-from feedq.readers._io import normalize_compression
+from feedq.readers._io import normalize_compression, zstd_module
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -69,9 +69,11 @@ class TFRecordOptions:
     """Options of TFRecord files (``tf.io.TFRecordOptions``).
 
     Args:
-        compression_type: ``None``/``""``, ``"GZIP"``, ``"ZLIB"`` or a
-            :class:`TFRecordCompressionType`.
-        compression_level: zlib level 0-9 for writing (None = zlib default).
+        compression_type: ``None``/``""``, ``"GZIP"``, ``"ZLIB"``, ``"ZSTD"``
+            (beyond TF; needs the ``zstd`` extra, ``pip install "feedq[zstd]"``)
+            or a :class:`TFRecordCompressionType`.
+        compression_level: the level for writing: zlib 0-9 or zstd 1-22
+            (None = the library's default).
     """
 
     compression_type: str | int | None = None
@@ -79,7 +81,7 @@ class TFRecordOptions:
 
     @property
     def compression(self) -> str:
-        """The normalised name: ``""``, ``"GZIP"`` or ``"ZLIB"``."""
+        """The normalised name: ``""``, ``"GZIP"``, ``"ZLIB"`` or ``"ZSTD"``."""
         return normalize_compression(self.compression_type)
 
     @staticmethod
@@ -102,8 +104,9 @@ class TFRecordReader(ReaderBase):
     after it; a bad length or truncation skips the rest of the file.
 
     A hostile length prefix never allocates: a length beyond the file's size
-    (plain files) or ``max_record_bytes`` is reported as corruption, and
-    compressed data is buffered only as it is actually decompressed.
+    (regular files) or ``max_record_bytes`` (always; the only bound for pipes
+    and compressed files) is reported as corruption, and data is buffered
+    only as it is actually read.
 
     Args:
         name: a name for logs.
@@ -132,7 +135,7 @@ class TFRecordReader(ReaderBase):
         self._open_at(work_unit, 0)
 
     def _open_at(self, work_unit: bytes, offset: int) -> None:
-        self._stream = _open_stream_at(work_unit, self.compression, offset)
+        self._stream = _open_stream_at(work_unit, self.compression, offset, self._waiter)
         self._buf = _Buffer(self._stream, self.block_bytes)
 
     def _fname(self) -> str:
@@ -279,6 +282,9 @@ class TFRecordReader(ReaderBase):
 
     def _seek(self, offset: int, index: int) -> None:
         assert self._work_unit is not None
+        buf = self._buf
+        if self._stream is not None and buf is not None and buf.base == offset == buf.offset:
+            return  # freshly opened there (a pipe is not reopened)
         self._close_stream()
         self._open_at(self._work_unit, offset)
 
@@ -400,7 +406,9 @@ class TFRecordWriter:
     """Writes TFRecord files that TensorFlow reads (``tf.io.TFRecordWriter``).
 
     Use as a context manager, or call :meth:`close`. GZIP and ZLIB output are
-    standard zlib streams.
+    standard zlib streams; ZSTD output (beyond TF, which cannot read it) is
+    one standard zstd frame (``zstd -d`` decompresses it), with a content
+    checksum.
 
     Args:
         path: the file to create (truncated if it exists).
@@ -408,6 +416,7 @@ class TFRecordWriter:
 
     Raises:
         NotFoundError: the directory does not exist.
+        UnimplementedError: ZSTD without the ``zstandard`` package.
     """
 
     def __init__(self, path: str | os.PathLike[str], options: TFRecordOptions | str | int | None = None) -> None:
@@ -415,15 +424,21 @@ class TFRecordWriter:
         self.path = os.fspath(path)
         self.compression = opts.compression
         crc32c_function()  # fail early with a clear message
+        # The compressor first: a bad level must not leave the file open.
+        self._comp: Any = None  # zlib or zstd compressobj
+        self._zstd: Any = None
+        if self.compression == "ZSTD":
+            self._zstd = zstd_module()
+            level = 3 if opts.compression_level is None else int(opts.compression_level)
+            self._comp = self._zstd.ZstdCompressor(level=level, write_checksum=True).compressobj()
+        elif self.compression:
+            level = -1 if opts.compression_level is None else int(opts.compression_level)
+            wbits = 31 if self.compression == "GZIP" else 15
+            self._comp = zlib.compressobj(level, zlib.DEFLATED, wbits)
         try:
             self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         except FileNotFoundError:
             raise NotFoundError(f"{self.path}; No such file or directory") from None
-        self._comp: zlib._Compress | None = None
-        if self.compression:
-            level = -1 if opts.compression_level is None else int(opts.compression_level)
-            wbits = 31 if self.compression == "GZIP" else 15
-            self._comp = zlib.compressobj(level, zlib.DEFLATED, wbits)
         self._closed = False
 
     def write(self, record: bytes) -> None:
@@ -456,7 +471,10 @@ class TFRecordWriter:
         if self._closed:
             return
         if self._comp is not None:
-            self._file.write(self._comp.flush(zlib.Z_SYNC_FLUSH))
+            mode = (
+                self._zstd.COMPRESSOBJ_FLUSH_BLOCK if self._zstd is not None else zlib.Z_SYNC_FLUSH
+            )
+            self._file.write(self._comp.flush(mode))
         self._file.flush()
 
     def close(self) -> None:
