@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import feedq.readers._example as ex_mod
+import feedq.readers._example_wire as wire_mod
 from feedq.errors import InvalidArgumentError
 from feedq.queues import FIFOQueue
 from feedq.readers import (
@@ -19,29 +19,30 @@ from feedq.readers import (
     TFRecordReader,
     TFRecordWriter,
     VarLenFeature,
+    example_class,
     parse_example,
     parse_single_example,
     serialize_example,
 )
-from feedq.readers._example_pb import example_class
+from feedq.readers._example_spec import _Spec
 
 pytestmark = pytest.mark.timeout(10)
 
 
 def protobuf_only(serialized, features, single: bool = False):
     """Every record through protobuf (the walker's rows all marked slow)."""
-    orig = ex_mod._walk
+    orig = wire_mod._walk
 
     def all_slow(u8, s, e, specs):
         r = orig(u8, s, e, specs)
         r[0][:] = True
         return r
 
-    ex_mod._walk = all_slow
+    wire_mod._walk = all_slow
     try:
         return (parse_single_example if single else parse_example)(serialized, features)
     finally:
-        ex_mod._walk = orig
+        wire_mod._walk = orig
 
 
 def same(a, b) -> None:
@@ -243,8 +244,8 @@ def test_walker_takes_the_common_layout_and_leaves_odd_ones() -> None:
     recs = RECS + odd_encodings()
     lens = np.array([len(r) for r in recs], dtype=np.int64)
     ends = np.cumsum(lens)
-    specs = [ex_mod._Spec(k, f) for k, f in FEATS.items()]
+    specs = [_Spec(k, f) for k, f in FEATS.items()]
     u8 = np.frombuffer(b"".join(recs), dtype=np.uint8)
-    slow = ex_mod._walk(u8, ends - lens, ends, specs)[0]
+    slow = wire_mod._walk(u8, ends - lens, ends, specs)[0]
     # Multi-string BytesLists, unpacked floats, repeated keys, unknown fields -> protobuf.
     assert slow.tolist() == [False] * len(RECS) + [True, True, True, True]

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import feedq.readers._csv as csv_mod
-import feedq.readers._example as ex_mod
+import feedq.readers._example_wire as wire_mod
 from feedq.errors import DataLossError, InvalidArgumentError, OutOfRangeError
 from feedq.queues import FIFOQueue
 from feedq.readers import (
@@ -201,18 +201,18 @@ FEATURES = {
 
 
 def protobuf_only(recs):
-    orig = ex_mod._walk
+    orig = wire_mod._walk
 
     def all_slow(u8, s, e, specs):
         r = orig(u8, s, e, specs)
         r[0][:] = True
         return r
 
-    ex_mod._walk = all_slow
+    wire_mod._walk = all_slow
     try:
         return parse_example(recs, FEATURES)
     finally:
-        ex_mod._walk = orig
+        wire_mod._walk = orig
 
 
 def assert_paths_agree(recs) -> None:
