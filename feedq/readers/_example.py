@@ -18,7 +18,7 @@ SparseFeature and RaggedFeature outputs are built from var columns by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -319,25 +319,34 @@ def _column_output(sp: _Spec, p: _Parsed, B: int, single: bool) -> Any:
     return res[0] if single else res
 
 
-def _assemble(plan: _Plan, parsed: list[_Parsed], B: int, single: bool) -> dict[str, Any]:
-    """The outputs of ``plan``, or the error of the first bad record (TF's messages)."""
-    errors = _column_errors(plan.specs, parsed, single)
+def _assemble(
+    plan: _Plan, parsed: list[_Parsed], B: int, single: bool, later: Sequence[tuple[int, str]] = ()
+) -> dict[str, Any]:
+    """The outputs of ``plan``, or the error of the first bad record (TF's messages).
+
+    ``later``: (record, message) errors found elsewhere in the same records
+    (a SequenceExample's feature lists), reported after this plan's errors
+    of the same record.
+    """
+    errors = [(r, 0, i, m) for r, i, m in _column_errors(plan.specs, parsed, single)]
+    more = [(r, 2, i, m) for i, (r, m) in enumerate(later)]
     if errors:
-        raise InvalidArgumentError(min(errors)[2])
+        raise InvalidArgumentError(min(errors + more)[3])
     out: dict[str, Any] = {}
-    late: list[tuple[int, int, str]] = []
     for oi, (name, o) in enumerate(plan.outputs):
         if isinstance(o, _SparseOut):
             res, err = _sparse_output(o, plan.specs, parsed, B, single)
         elif isinstance(o, _RaggedOut):
             res, err = _ragged_output(o, plan.specs, parsed, B, single)
+        elif more:
+            continue  # an error is raised anyway (and a failed parse may have left B at 0)
         else:
             res, err = _column_output(plan.specs[o], parsed[o], B, single), None
         if err is not None:
-            late.append((err[0], oi, _key(name, err[0], single) + err[1]))
+            errors.append((err[0], 1, oi, _key(name, err[0], single) + err[1]))
         out[name] = res
-    if late:
-        raise InvalidArgumentError(min(late)[2])
+    if errors or more:
+        raise InvalidArgumentError(min(errors + more)[3])
     return out
 
 

@@ -76,39 +76,44 @@ class _Steps:
 
 def _parse_records(
     serialized: Any, ctx: _Plan, seq: _Plan, single: bool
-) -> tuple[list[list[tuple[int, Any]]], list[_Steps], int, tuple[int, ...]]:
-    """Protobuf-parse every record: context rows and feature-list columns."""
+) -> tuple[list[list[tuple[int, Any]]], list[_Steps], tuple[int, ...], tuple[int, str] | None]:
+    """Protobuf-parse the records: context rows, feature-list columns, batch shape.
+
+    At a record that is not a SequenceExample parsing stops: the records
+    before it are returned (their errors come first) with its error.
+    """
     from google.protobuf.message import DecodeError
 
     data, starts, ends, _, shape = _records(serialized)
-    B = len(starts)
     cls = sequence_example_class()
     ctx_rows: list[list[tuple[int, Any]]] = []
-    present = np.zeros((len(seq.specs), B), dtype=bool)
+    present: list[list[bool]] = [[] for _ in seq.specs]
+    nsteps: list[list[int]] = [[] for _ in seq.specs]
     steps: list[list[tuple[int, Any]]] = [[] for _ in seq.specs]
-    nsteps = np.zeros((len(seq.specs), B), dtype=np.int64)
+    failed = None
     for r, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
         ex = cls()
         try:
             ex.ParseFromString(data[a:b])
         except (DecodeError, ValueError, RuntimeError):
             shown = repr(data[a:b][:512])[2:-1]
-            raise InvalidArgumentError(
-                f"{_where(r, single)}Could not parse sequence example input, value: '{shown}'"
-            ) from None
+            failed = (r, f"{_where(r, single)}Could not parse sequence example input, value: '{shown}'")
+            break
         ctx_rows.append(_fmap_row(ex.context.feature, ctx.specs))
         lmap = ex.feature_lists.feature_list
         for ci, sp in enumerate(seq.specs):
-            if sp.key not in lmap:
-                continue
-            present[ci, r] = True
+            fl = lmap[sp.key].feature if sp.key in lmap else None
+            present[ci].append(fl is not None)
+            nsteps[ci].append(0 if fl is None else len(fl))
             col = steps[ci]
-            for f in lmap[sp.key].feature:
+            for f in fl or ():
                 which = f.WhichOneof("kind")
                 col.append((0, ()) if which is None else (_ONEOF[which], getattr(f, which).value))
-            nsteps[ci, r] = len(lmap[sp.key].feature)
-    cols = [_Steps(present[ci], nsteps[ci], _step_parsed(steps[ci], sp)) for ci, sp in enumerate(seq.specs)]
-    return ctx_rows, cols, B, shape
+    cols = [
+        _Steps(np.array(present[ci], dtype=bool), np.array(nsteps[ci], dtype=np.int64), _step_parsed(steps[ci], sp))
+        for ci, sp in enumerate(seq.specs)
+    ]
+    return ctx_rows, cols, shape, failed
 
 
 def _step_parsed(steps: list[tuple[int, Any]], sp: _Spec) -> _Parsed:
@@ -132,9 +137,13 @@ def _where(record: int, single: bool) -> str:
 
 def _check(
     seq: _Plan, cols: list[_Steps], allow_missing: Mapping[str, bool], single: bool
-) -> None:
-    """Feature-list errors (TF's wording): the first bad record, column, step."""
-    errors: list[tuple[int, int, int, str]] = []
+) -> list[tuple[int, str]]:
+    """Feature-list errors (TF's wording) as (record, message), first record first.
+
+    Per record, TF's order of checks: a missing list, the steps' types, a
+    list's total count (dense lists), then each step's count.
+    """
+    errors: list[tuple[int, int, int, int, str]] = []  # (record, column, stage, step, message)
     for ci, (sp, c) in enumerate(zip(seq.specs, cols)):
         p = c.parsed
         if sp.cls == "seq" and not allow_missing[sp.key]:
@@ -143,26 +152,33 @@ def _check(
                 r = int(miss[0])
                 msg = (f"{_where(r, single)}Feature list '{sp.key}' is required but could not be "
                        "found.  Did you mean to set allow_missing=True?")
-                errors.append((r, ci, -1, msg))
+                errors.append((r, ci, -1, 0, msg))
         wrong = np.flatnonzero((p.kind != 0) & (p.kind != sp.kind))
+        if wrong.size:
+            r, t = c.locate(int(wrong[0]))
+            msg = (f"{_where(r, single)}Feature list: {sp.key}, Index: {t}.  Data types don't match. "
+                   f"Expected type: {_KIND_NAME[sp.kind]}")
+            errors.append((r, ci, 0, t, msg))
+        if sp.cls != "seq":
+            continue
+        ok = np.where(p.kind == sp.kind, p.count, 0)
+        total = np.concatenate([[0], np.cumsum(ok)])[c.off]
+        total = total[1:] - total[:-1]
+        odd = np.flatnonzero(total % sp.n != 0)
+        if odd.size:
+            r = int(odd[0])
+            msg = (f"{_where(r, single)}Feature list '{sp.key}' has an unexpected number of values.  "
+                   f"Total values size: {int(total[r])} is not consistent with output shape: "
+                   f"[?,{sp.shape_text()[1:]}")
+            errors.append((r, ci, 1, 0, msg))
         # A step with no kind holds no values: a count error for a dense list.
-        if sp.cls == "seq":
-            cnt = np.flatnonzero(((p.kind == 0) | (p.kind == sp.kind)) & (p.count != sp.n))
-        else:
-            cnt = wrong[:0]
-        for bad, kind_error in ((wrong, True), (cnt, False)):
-            if not bad.size:
-                continue
-            r, t = c.locate(int(bad[0]))
-            if kind_error:
-                detail = (f"Feature list: {sp.key}, Index: {t}.  Data types don't match. "
-                          f"Expected type: {_KIND_NAME[sp.kind]}")
-            else:
-                detail = (f"Key: {sp.key}, Index: {t}.  Number of values != expected.  "
-                          f"values size: {int(p.count[int(bad[0])])} but output shape: {sp.shape_text()}")
-            errors.append((r, ci, t, _where(r, single) + detail))
-    if errors:
-        raise InvalidArgumentError(min(errors)[3])
+        cnt = np.flatnonzero(((p.kind == 0) | (p.kind == sp.kind)) & (p.count != sp.n))
+        if cnt.size:
+            r, t = c.locate(int(cnt[0]))
+            msg = (f"{_where(r, single)}Key: {sp.key}, Index: {t}.  Number of values != expected.  "
+                   f"values size: {int(p.count[int(cnt[0])])} but output shape: {sp.shape_text()}")
+            errors.append((r, ci, 2, t, msg))
+    return [(e[0], e[4]) for e in sorted(errors)]
 
 
 def _dense(sp: _Spec, c: _Steps, B: int, single: bool) -> np.ndarray:
@@ -197,8 +213,8 @@ def _sparse(sp: _Spec, c: _Steps, B: int, single: bool) -> SparseTensorValue:
 
 def _ragged(
     name: str, o: _RaggedOut, seq: _Plan, cols: list[_Steps], B: int, single: bool
-) -> RaggedTensorValue:
-    """A RaggedFeature over steps: ``[T, ...]`` or ``[B, (T), ...]``."""
+) -> tuple[RaggedTensorValue | None, tuple[int, str] | None]:
+    """A RaggedFeature over steps: ``[T, ...]`` or ``[B, (T), ...]``, or (record, error)."""
     vc = cols[o.value]
     for kind, arg in o.partitions:
         if kind == "uniform":
@@ -206,19 +222,18 @@ def _ragged(
         differ = np.flatnonzero(cols[arg].nsteps != vc.nsteps)
         if differ.size:
             r = int(differ[0])
-            raise InvalidArgumentError(
-                f"{_where(r, single)}Key: {name}.  Feature list {seq.specs[arg].key} has "
-                f"{int(cols[arg].nsteps[r])} steps but feature list {seq.specs[o.value].key} "
-                f"has {int(vc.nsteps[r])}."
-            )
+            msg = (f"{_where(r, single)}Key: {name}.  Feature list {seq.specs[arg].key} has "
+                   f"{int(cols[arg].nsteps[r])} steps but feature list {seq.specs[o.value].key} "
+                   f"has {int(vc.nsteps[r])}.")
+            return None, (r, msg)
     inner, top, err = _ragged_rows(o, seq.specs, [c.parsed for c in cols], int(vc.off[-1]))
     if err is not None:
         r, t = vc.locate(err[0])
-        raise InvalidArgumentError(f"{_where(r, single)}Key: {name}, Index: {t}.  {err[1]}")
+        return None, (r, f"{_where(r, single)}Key: {name}, Index: {t}.  {err[1]}")
     per_step = RaggedTensorValue(inner, _splits(top, o.splits_dtype))
     if single:
-        return per_step
-    return RaggedTensorValue(per_step, _splits(vc.nsteps, o.splits_dtype))
+        return per_step, None
+    return RaggedTensorValue(per_step, _splits(vc.nsteps, o.splits_dtype)), None
 
 
 def _parse(
@@ -237,22 +252,33 @@ def _parse(
     ctx = _Plan(context_features or {}, _CONTEXT, "context feature")
     seq = _Plan(sequence_features, _SEQUENCE, "sequence feature")
     allow = {k: bool(f.allow_missing) for k, f in sequence_features.items() if isinstance(f, FixedLenSequenceFeature)}
-    ctx_rows, cols, B, shape = _parse_records(serialized, ctx, seq, single)
-    context = _assemble(ctx, _parsed_from_rows(ctx_rows, ctx.specs), B, single)
-    _check(seq, cols, allow, single)
+    ctx_rows, cols, shape, failed = _parse_records(serialized, ctx, seq, single)
+    B = len(ctx_rows)
+    errors = _check(seq, cols, allow, single)
+    bad_cols = {ci for ci, (sp, c) in enumerate(zip(seq.specs, cols))
+                if np.any((c.parsed.kind != 0) & (c.parsed.kind != sp.kind))}
     lists: dict[str, Any] = {}
     lengths: dict[str, Any] = {}
     for name, o in seq.outputs:
         if isinstance(o, _RaggedOut):
-            lists[name] = _ragged(name, o, seq, cols, B, single)
-            continue
-        if isinstance(o, int):
+            if bad_cols.intersection([o.value] + [a for k, a in o.partitions if k != "uniform"]):
+                continue  # its steps' types are wrong: reported by _check
+            lists[name], err = _ragged(name, o, seq, cols, B, single)
+            if err is not None:
+                errors.append(err)
+        elif errors:
+            continue  # nothing is returned: skip the work
+        elif isinstance(o, int):
             sp, c = seq.specs[o], cols[o]
             if sp.cls == "seq":
                 lists[name] = _dense(sp, c, B, single)
                 lengths[name] = c.nsteps.copy()
             else:
                 lists[name] = _sparse(sp, c, B, single)
+    # The context's errors of a record come before its feature lists' (TF parses the context first).
+    if failed is not None:
+        errors.append(failed)
+    context = _assemble(ctx, _parsed_from_rows(ctx_rows, ctx.specs), B, single, later=sorted(errors))
     return context, lists, lengths, shape
 
 
