@@ -255,6 +255,8 @@ def _parse(
     ctx_rows, cols, shape, failed = _parse_records(serialized, ctx, seq, single)
     B = len(ctx_rows)
     errors = _check(seq, cols, allow, single)
+    if failed is not None:
+        errors.append(failed)
     bad_cols = {ci for ci, (sp, c) in enumerate(zip(seq.specs, cols))
                 if np.any((c.parsed.kind != 0) & (c.parsed.kind != sp.kind))}
     lists: dict[str, Any] = {}
@@ -276,8 +278,6 @@ def _parse(
             else:
                 lists[name] = _sparse(sp, c, B, single)
     # The context's errors of a record come before its feature lists' (TF parses the context first).
-    if failed is not None:
-        errors.append(failed)
     context = _assemble(ctx, _parsed_from_rows(ctx_rows, ctx.specs), B, single, later=sorted(errors))
     return context, lists, lengths, shape
 
