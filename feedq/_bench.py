@@ -32,9 +32,9 @@ from .readers import (
     VarLenFeature,
     decode_csv,
     decode_raw,
+    example_class,
     parse_example,
 )
-from .readers._example_pb import example_class
 
 __all__ = ["BenchResult", "Schema", "infer_schema", "run_bench"]
 

@@ -51,18 +51,26 @@ from __future__ import annotations
 from feedq.readers._base import ReaderBase, RecordBlock
 from feedq.readers._crc import masked_crc32c as masked_crc32c  # re-export; not in __all__
 from feedq.readers._csv import decode_csv
-from feedq.readers._example import (
+from feedq.readers._example import parse_example, parse_single_example
+from feedq.readers._example_pb import (
+    example_class,
+    sequence_example_class,
+    serialize_example,
+    serialize_sequence_example,
+)
+from feedq.readers._example_spec import (
     FixedLenFeature,
     FixedLenSequenceFeature,
+    RaggedFeature,
+    RaggedTensorValue,
+    SparseFeature,
     SparseTensorValue,
     VarLenFeature,
-    parse_example,
-    parse_single_example,
 )
-from feedq.readers._example_pb import serialize_example
 from feedq.readers._fixed import FixedLengthRecordReader
 from feedq.readers._parquet import ColumnBlock, ParquetReader
 from feedq.readers._raw import decode_raw
+from feedq.readers._sequence_example import parse_sequence_example, parse_single_sequence_example
 from feedq.readers._text import TextLineReader
 from feedq.readers._tfrecord import (
     TFRecordCompressionType,
@@ -79,8 +87,11 @@ __all__ = [
     "FixedLenSequenceFeature",
     "FixedLengthRecordReader",
     "ParquetReader",
+    "RaggedFeature",
+    "RaggedTensorValue",
     "ReaderBase",
     "RecordBlock",
+    "SparseFeature",
     "SparseTensorValue",
     "TFRecordCompressionType",
     "TFRecordOptions",
@@ -91,9 +102,14 @@ __all__ = [
     "WholeFileReader",
     "decode_csv",
     "decode_raw",
+    "example_class",
     "parse_example",
+    "parse_sequence_example",
     "parse_single_example",
+    "parse_single_sequence_example",
+    "sequence_example_class",
     "serialize_example",
+    "serialize_sequence_example",
     "tf_record_iterator",
 ]
 
