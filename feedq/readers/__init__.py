@@ -41,6 +41,7 @@ reopens the file at the next record.
 from __future__ import annotations
 
 from feedq.readers._base import ReaderBase, RecordBlock
+from feedq.readers._crc import masked_crc32c
 from feedq.readers._csv import decode_csv
 from feedq.readers._example import (
     FixedLenFeature,
@@ -50,7 +51,7 @@ from feedq.readers._example import (
     parse_example,
     parse_single_example,
 )
-from feedq.readers._example_pb import serialize_example
+from feedq.readers._example_pb import example_class, serialize_example
 from feedq.readers._fixed import FixedLengthRecordReader
 from feedq.readers._parquet import ColumnBlock, ParquetReader
 from feedq.readers._raw import decode_raw
@@ -82,6 +83,8 @@ __all__ = [
     "WholeFileReader",
     "decode_csv",
     "decode_raw",
+    "example_class",
+    "masked_crc32c",
     "parse_example",
     "parse_single_example",
     "serialize_example",
