@@ -6,8 +6,10 @@ hold -- a feature or a float that record 0 lacks still counts:
 
 * csv: the field count most lines have; a header when the first line of the
   first file is all text while data rows hold numbers; per column int32
-  (int64 past int32's range) when every sampled value is an integer, float32
-  when every value is a number, else string. Empty fields take the default.
+  (int64 past int32's range) when every sampled number is an integer,
+  float32 when some are not, string when most values are not numbers (text
+  in a column of numbers makes that row malformed). Empty fields take the
+  default.
 * tfrecord: ``tf.train.Example`` features. A feature present in every sampled
   record with the same value count is a ``FixedLenFeature``; one missing from
   some records or with varying counts is a ``VarLenFeature``. Records that
@@ -201,10 +203,14 @@ def _csv_schema(paths: list[str], compression: str | None, on_error: OnError, sa
     names = list(first) if header and first is not None else [f"c{i}" for i in range(ncols)]
     kinds: list[str] = []
     for c in range(ncols):
-        seen = {_field_kind(r[2][c]) for r in data} - {"empty"}
-        if not seen or "string" in seen:
+        seen = Counter(_field_kind(r[2][c]) for r in data)
+        seen.pop("empty", None)
+        numbers = seen["int"] + seen["float"]
+        # Text in a column of numbers is a malformed row (skipped or
+        # reported by the decoder), unless text is the rule there.
+        if not numbers or seen["string"] > numbers:
             kinds.append("string")
-        elif seen == {"int"}:
+        elif not seen["float"]:
             wide = any(abs(int(r[2][c])) > _INT32_MAX for r in data if _field_kind(r[2][c]) == "int")
             kinds.append("int64" if wide else "int32")
         else:

@@ -21,7 +21,7 @@ import click
 import numpy as np
 
 from . import __version__
-from ._cliutil import CONTEXT, fail, guard, set_debug
+from ._cliutil import CONTEXT, ProgramGroup, fail, guard, set_debug
 from ._datasets import FIXED_RECORD_BYTES, FORMATS, LAYOUTS, detect_format, make_dataset
 from ._schema import DEFAULT_SAMPLE, OnError
 from .distributed.__main__ import cluster
@@ -35,7 +35,7 @@ _ON_ERROR_HELP = ("skip: log (file:line) and count unreadable files, corrupt rec
                   "rows, and go on; raise: stop at the first with a one-line error.")
 
 
-@click.group(context_settings=CONTEXT, epilog="""\b
+@click.group(cls=ProgramGroup, context_settings=CONTEXT, epilog="""\b
 Examples:
   feedq demo
   feedq make-data data/ --format tfrecord --records 200000
@@ -107,7 +107,7 @@ def make_data(out: str, fmt: str, layout: str, records: int, files: int, compres
         click.echo(f"wrote {records:,} {fmt} records ({layout}) in {len(paths)} files, {size / 1e6:,.1f} MB, "
                    f"to {out} ({time.perf_counter() - t0:.1f} s)")
 
-    guard(body)
+    guard(body, reads_data=True)
 
 
 # -- inspect -------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
             for line in render_text(report):
                 click.echo(line)
 
-    guard(body)
+    guard(body, reads_data=True)
 
 
 # -- bench ---------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
             _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
         return 130 if result.stopped_by == "interrupted" else 0
 
-    guard(body)
+    guard(body, reads_data=True)
 
 
 def _expand(paths: list[str]) -> list[str]:
@@ -338,7 +338,7 @@ def demo(folder: str | None, duration: float, records: int, batch_size: int, pro
             return _demo(root, duration, records, batch_size,
                          sys.stderr.isatty() if progress is None else progress)
 
-    guard(body)
+    guard(body, reads_data=True)
 
 
 def _demo(root: Path, duration: float, records: int, batch_size: int, progress: bool) -> int:

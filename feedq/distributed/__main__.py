@@ -124,6 +124,7 @@ def stop(job: str, task: int, cluster_json: str | None, address: str | None, nam
 
 @cluster.command(context_settings=CONTEXT, epilog="""\b
 Examples:
+  feedq cluster resources --job worker --task 1     # {"feedq_task_worker_1": 1}
   ray start --head --resources "$(feedq cluster resources --job ps --task 0)"
 """)
 @_job
