@@ -110,6 +110,8 @@ def run_bench(
                            duration=duration, max_records=max_records, on_error=on_error, consume=consume,
                            block_records=block_records or (1 << 20))
     result = BenchResult(format=schema.fmt, files=len(paths), compression=schema.compression or "none")
+    if shuffle and any(None in s for s in schema.shapes):
+        schema = schema.padded()  # shuffle_batch cannot pad per batch (as in TF1)
     block = block_records or max(batch_size, 4096)
     reader_objs: list[Any] = []
     decode = Decoder(schema, on_error)

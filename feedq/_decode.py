@@ -168,6 +168,7 @@ def _columns_function(schema: Schema) -> Callable[[Any], list[np.ndarray]]:
         return lambda records: decode_csv(records, record_defaults=defaults)
     if fmt == "tfrecord" and schema.features:
         features, names = schema.features, schema.names
+        widths = schema.widths if schema.pad_varlen else {}
 
         def example(records: Any) -> list[np.ndarray]:
             parsed = parse_example(records, features)
@@ -175,9 +176,16 @@ def _columns_function(schema: Schema) -> Callable[[Any], list[np.ndarray]]:
             for n in names:
                 v = parsed[n]
                 if isinstance(features[n], VarLenFeature):
-                    # Ragged values: pad to the longest here (dynamic_pad does the rest).
+                    # Ragged values: pad to the longest here (dynamic_pad does
+                    # the rest), or to the schema's width.
+                    rows, longest = (int(d) for d in v.dense_shape)
+                    width = widths.get(n, longest)
+                    if longest > width:
+                        raise InvalidArgumentError(
+                            f"feature {n}: {longest} values, more than the {width} of the longest in the "
+                            "schema's sample (a larger --sample may find it)")
                     fill: Any = b"" if v.values.dtype == object else 0
-                    dense = np.full(tuple(v.dense_shape), fill, dtype=v.values.dtype)
+                    dense = np.full((rows, width), fill, dtype=v.values.dtype)
                     dense[v.indices[:, 0], v.indices[:, 1]] = v.values
                     v = dense
                 cols.append(v)

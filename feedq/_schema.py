@@ -28,7 +28,7 @@ from __future__ import annotations
 import csv
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -70,6 +70,10 @@ class Schema:
         info: what was found, JSON-ready (``feedq inspect`` prints it).
         sampled: records the schema was inferred from.
         sample_skipped: files and records skipped while sampling.
+        widths: the most values a ``VarLenFeature`` had in the sample.
+        pad_varlen: decode variable-length features padded to ``widths``
+            (fixed shapes, for queues that cannot pad per batch, such as
+            shuffle_batch's): a record with more values is a bad record.
     """
 
     fmt: str
@@ -84,6 +88,15 @@ class Schema:
     info: dict[str, Any] = field(default_factory=dict)
     sampled: int = 0
     sample_skipped: int = 0
+    widths: dict[str, int] = field(default_factory=dict)
+    pad_varlen: bool = False
+
+    def padded(self) -> Schema:
+        """This schema with variable-length features padded to their sampled widths."""
+        shapes: list[list[int | None]] = [
+            [self.widths[n]] if s == [None] else s for n, s in zip(self.names, self.shapes)
+        ]
+        return replace(self, shapes=shapes, pad_varlen=True)
 
 
 def make_reader(schema: Schema, on_error: OnError, name: str | None = None) -> Any:
@@ -294,6 +307,7 @@ def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnErro
     dtypes: list[Any] = []
     shapes: list[list[int | None]] = []
     info: dict[str, Any] = {}
+    widths: dict[str, int] = {}
     for n in names:
         s = stats[n]
         kind = s.kinds.most_common(1)[0][0] if s.kinds else "float_list"
@@ -307,6 +321,7 @@ def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnErro
         else:
             shape = [None]
             features[n] = VarLenFeature(dtype)
+            widths[n] = max(1, s.max_values)
             entry["values"] = [s.min_values, s.max_values]
         if s.present < len(parsed):
             entry["in_records"] = s.present
@@ -317,7 +332,7 @@ def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnErro
         info[n] = entry
     return Schema("tfrecord", compression, names, dtypes, shapes, features=features,
                   info={"examples": True, "features": info}, sampled=len(parsed),
-                  sample_skipped=skipped + bad)
+                  sample_skipped=skipped + bad, widths=widths)
 
 
 # -- Parquet ----------------------------------------------------------------------------------

@@ -520,6 +520,16 @@ def test_realistic_layouts_are_deterministic_and_readable(tmp_path: Path, fmt: s
     assert a == b and a != c and len(a) == 2
     r = json.loads(feedq("bench", str(tmp_path / "a"), "--json", check=True).stdout)
     assert r["records"] == 2000 and r["skipped_errors"] == 0
+    # shuffle_batch cannot pad per batch: variable-length features are padded to the sampled width
+    r = json.loads(feedq("bench", str(tmp_path / "a"), "--json", "--shuffle", check=True).stdout)
+    assert r["records"] == 2000 and r["skipped_errors"] == 0
+    if fmt == "tfrecord":
+        # a record longer than any in the sample is a bad record: named, or skipped and counted
+        proc = feedq("bench", str(tmp_path / "a"), "--shuffle", "--sample", "2")
+        assert proc.returncode == 1 and "more than the" in proc.stderr and "--sample" in proc.stderr
+        r = json.loads(feedq("bench", str(tmp_path / "a"), "--json", "--shuffle", "--sample", "2",
+                             "--on-error", "skip", check=True).stdout)
+        assert r["records"] + r["skipped_errors"] == 2000 and r["skipped_errors"] > 0
     if fmt == "csv":
         text = a["part-00000.csv"].decode()
         lines = text.splitlines()
