@@ -1,8 +1,8 @@
-"""The ``feedq`` command: ``demo``, ``bench``, ``make-data``, ``inspect``.
+"""The ``feedq`` command: ``demo``, ``bench``, ``make-data``, ``inspect``, ``cluster``.
 
 Errors print as one line (``feedq: error: ...``) with exit status 1, or a
-traceback with ``--debug``. Ctrl-C stops a running pipeline cleanly and
-prints what was measured so far (exit status 130).
+traceback with ``--debug`` (see ``feedq._cliutil``). Ctrl-C stops a running
+pipeline cleanly and prints what was measured so far (exit status 130).
 """
 
 from __future__ import annotations
@@ -15,47 +15,34 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 import numpy as np
 
 from . import __version__
-from ._datasets import FIXED_RECORD_BYTES, FORMATS, detect_format, make_dataset
+from ._cliutil import CONTEXT, ProgramGroup, fail, guard, set_debug
+from ._datasets import FIXED_RECORD_BYTES, FORMATS, LAYOUTS, detect_format, make_dataset
+from ._schema import DEFAULT_SAMPLE, OnError
+from .distributed.__main__ import cluster
 
 __all__ = ["main"]
 
-
-class _Ctx:
-    debug = False
-
-
-def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"feedq: error: {message}", err=True)
-    sys.exit(code)
+_COMPRESSIONS = click.Choice(["none", "gzip", "zlib"], case_sensitive=False)
+_COMPRESSION_HELP = "none, gzip or zlib (default: from the file name or its first bytes)."
+_SAMPLE_HELP = "Records the schema is inferred from: the union of the first N readable ones."
+_ON_ERROR_HELP = ("skip: log (file:line) and count unreadable files, corrupt records and malformed "
+                  "rows, and go on; raise: stop at the first with a one-line error.")
 
 
-def _guard(fn: Callable[[], int | None]) -> None:
-    """Run a command body: one-line errors, clean Ctrl-C."""
-    try:
-        code = fn()
-    except KeyboardInterrupt:
-        click.echo("\nfeedq: interrupted", err=True)
-        sys.exit(130)
-    except click.exceptions.Exit:
-        raise
-    except (click.ClickException, click.exceptions.Abort):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the CLI's one-line error contract
-        if _Ctx.debug:
-            raise
-        text = str(exc) or type(exc).__name__
-        _fail(f"{type(exc).__name__}: {text}".splitlines()[0])
-    sys.exit(code or 0)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="feedq")
+@click.group(cls=ProgramGroup, context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq demo
+  feedq make-data data/ --format tfrecord --records 200000
+  feedq bench data/
+  feedq inspect data/part-00000.tfrecord
+""")
+@click.version_option(__version__, "--version", prog_name="feedq", help="Show the version and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 def main(debug: bool) -> None:
     """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
@@ -63,123 +50,108 @@ def main(debug: bool) -> None:
     Run `feedq demo` to see a pipeline train a small model on sample data,
     `feedq bench FILES...` to measure reading your own data.
     """
-    _Ctx.debug = debug
+    set_debug(debug)
+
+
+main.add_command(cluster)
 
 
 # -- make-data -----------------------------------------------------------------------------
 
 
-@main.command("make-data")
+@main.command("make-data", context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq make-data data/tf --format tfrecord --records 1000000 --files 8
+  feedq make-data data/csv --format csv --layout realistic --compression gzip
+  feedq make-data data/tf --force        # replace the files of an earlier run
+""")
 @click.argument("out", type=click.Path(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tfrecord", show_default=True)
-@click.option("--records", type=click.IntRange(min=0), default=100_000, show_default=True)
-@click.option("--files", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--compression", type=click.Choice(["none", "gzip", "zlib"], case_sensitive=False), default="none",
-              show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-def make_data(out: str, fmt: str, records: int, files: int, compression: str, seed: int) -> None:
-    """Write a synthetic dataset (the benchmark layouts) into OUT.
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tfrecord", show_default=True,
+              help="File format to write.")
+@click.option("--layout", type=click.Choice(LAYOUTS), default="basic", show_default=True,
+              help="basic: the benchmark records (fixed sizes); realistic (csv, tfrecord): variable-length "
+                   "Examples {ids: 0-20 int64, label: 0-999, tag: bytes, x: 32 floats}, CSV fields of "
+                   "varying widths.")
+@click.option("--records", type=click.IntRange(min=0), default=100_000, show_default=True,
+              help="Records in all, split evenly over the files.")
+@click.option("--files", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Files to write (part-00000.<ext>, ...).")
+@click.option("--compression", type=_COMPRESSIONS, default="none", show_default=True,
+              help="Compress each file (parquet: a Parquet codec).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Random seed: the same seed writes the same bytes.")
+@click.option("--force", is_flag=True, help="Replace existing files of the same names.")
+def make_data(out: str, fmt: str, layout: str, records: int, files: int, compression: str, seed: int,
+              force: bool) -> None:
+    """Write a synthetic dataset into the folder OUT.
 
-    csv: 8 floats + int label; tfrecord: Example {x: 32 floats, label: int64};
-    fixed: 132-byte records (32 float32 + int32); parquet: x0..x7 + label;
-    lines: text lines.
+    basic layouts: csv: 8 floats + int label; tfrecord: Example {x: 32
+    floats, label: int64}; fixed: 132-byte records (32 float32 + int32);
+    parquet: x0..x7 + label; lines: text lines. Files are written whole or
+    not at all: an interrupted run leaves no partial file or new folder.
     """
+    if layout != "basic" and fmt not in ("csv", "tfrecord"):
+        raise click.UsageError(f"--layout {layout} is for csv and tfrecord, not {fmt}")
+
     def body() -> None:
         comp = None if compression.lower() == "none" else compression.upper()
         if comp and fmt == "parquet":
             comp = "snappy" if comp == "GZIP" else comp
         t0 = time.perf_counter()
-        paths = make_dataset(out, fmt, records, files=files, compression=comp, seed=seed)
+        try:
+            paths = make_dataset(out, fmt, records, files=files, compression=comp, seed=seed, layout=layout,
+                                 overwrite=force)
+        except FileExistsError as exc:
+            fail(f"{exc}; pass --force to overwrite")
         size = sum(os.path.getsize(p) for p in paths)
-        click.echo(f"wrote {records:,} {fmt} records in {len(paths)} files, {size / 1e6:,.1f} MB, "
+        click.echo(f"wrote {records:,} {fmt} records ({layout}) in {len(paths)} files, {size / 1e6:,.1f} MB, "
                    f"to {out} ({time.perf_counter() - t0:.1f} s)")
 
-    _guard(body)
+    guard(body, reads_data=True)
 
 
 # -- inspect -------------------------------------------------------------------------------
 
 
-@main.command()
+@main.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq inspect data/part-00000.tfrecord
+  feedq inspect data/part-00000.csv --head 10 --sample 10000
+  feedq inspect data/part-00000.parquet --json
+""")
 @click.argument("file", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Override detection.")
-@click.option("--compression", type=click.Choice(["none", "gzip", "zlib"], case_sensitive=False), default=None)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Override detection from the extension / magic bytes.")
+@click.option("--compression", type=_COMPRESSIONS, default=None, help=_COMPRESSION_HELP)
 @click.option("--head", type=click.IntRange(min=0), default=3, show_default=True, help="Records to show.")
+@click.option("--sample", type=click.IntRange(min=1), default=DEFAULT_SAMPLE, show_default=True,
+              help=_SAMPLE_HELP)
 @click.option("--record-bytes", type=click.IntRange(min=1), default=FIXED_RECORD_BYTES, show_default=True,
               help="Record size of fixed-length files.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def inspect(file: str, fmt: str | None, compression: str | None, head: int, record_bytes: int,
-            as_json: bool) -> None:
-    """Count records, show the first ones and the inferred schema of FILE."""
+@click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise", show_default=True,
+              help=_ON_ERROR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def inspect(file: str, fmt: str | None, compression: str | None, head: int, sample: int, record_bytes: int,
+            on_error: str, as_json: bool) -> None:
+    """Count the records of FILE, show its inferred schema and first records.
+
+    Example features show as name, kind and value counts (a range when they
+    vary, and in how many records when some lack them); records show
+    decoded.
+    """
     def body() -> None:
-        from ._bench import infer_schema
+        from ._inspect import inspect_file, render_text
 
         f, comp = _format_of([file], fmt, compression)
-        schema = infer_schema(file, f, comp, record_bytes)
-        count, first = _scan(file, f, comp, schema, head)
-        report: dict[str, Any] = {
-            "file": file, "format": f, "compression": comp, "records": count,
-            "schema": {n: _dtype_name(d) + (str(list(s)) if s else "") for n, d, s in
-                       zip(schema.names, schema.dtypes, schema.shapes)},
-            "info": schema.info, "first_records": first,
-        }
+        report = inspect_file(file, f, comp, record_bytes=record_bytes, sample=sample, head=head,
+                              on_error=cast(OnError, on_error))
         if as_json:
-            click.echo(json.dumps(report, indent=2, default=str))
-            return
-        click.echo(f"{file}: {f}{' (' + comp + ')' if comp else ''}, {count:,} records")
-        click.echo("schema:")
-        for n, t in report["schema"].items():
-            click.echo(f"  {n}: {t}")
-        for k, v in schema.info.items():
-            if k not in ("columns",):
-                click.echo(f"  {k}: {v}")
-        if first:
-            click.echo(f"first {len(first)} records:")
-            for r in first:
-                click.echo(f"  {r}")
+            click.echo(json.dumps(report, indent=2))
+        else:
+            for line in render_text(report):
+                click.echo(line)
 
-    _guard(body)
-
-
-def _dtype_name(d: Any) -> str:
-    return "string" if d in (str, bytes, object) else np.dtype(d).name
-
-
-def _scan(file: str, fmt: str, comp: str | None, schema: Any, head: int) -> tuple[int, list[str]]:
-    """Count records by reading the whole file once; keep the first ``head``."""
-    from . import FIFOQueue
-    from ._bench import make_reader
-
-    q = FIFOQueue(1, str, shapes=[[]])
-    q.enqueue(file)
-    q.close()
-    reader = make_reader(schema, "raise")
-    count = 0
-    first: list[str] = []
-    while True:
-        try:
-            block = reader.read_block(q, 65536)
-        except Exception as exc:  # noqa: BLE001
-            if type(exc).__name__ == "OutOfRangeError":
-                break
-            raise
-        n = len(block)
-        if len(first) < head:
-            if fmt == "parquet":
-                vals = block.values()
-                for i in range(min(n, head - len(first))):
-                    first.append(str({k: _short(v[i]) for k, v in vals.items()}))
-            else:
-                keys, values = block.keys(), block.values()
-                for i in range(min(n, head - len(first))):
-                    first.append(f"{keys[i].decode(errors='replace')}: {_short(values[i])}")
-        count += n
-    return count, first
-
-
-def _short(v: Any, limit: int = 80) -> str:
-    text = repr(v)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    guard(body, reads_data=True)
 
 
 # -- bench ---------------------------------------------------------------------------------
@@ -194,7 +166,7 @@ def _format_of(paths: list[str], fmt: str | None, compression: str | None) -> tu
         return fmt, comp_opt
     found = {detect_format(p) for p in paths}
     if len(found) > 1:
-        raise click.UsageError(f"files of different formats: {sorted(found)}; pass --format")
+        raise click.UsageError(f"files of different formats: {sorted(found, key=str)}; pass --format")
     f, comp = found.pop()
     return f, comp_opt if compression is not None else comp
 
@@ -203,6 +175,7 @@ def _print_table(result: Any, title: str) -> None:
     r = result
     rows = [
         ("format", r.format),
+        ("compression", r.compression),
         ("files", f"{r.files}"),
         ("records", f"{r.records:,}"),
         ("batches", f"{r.batches:,}"),
@@ -233,27 +206,39 @@ def _progress_printer(enabled: bool) -> Callable[[Any], None] | None:
     return show
 
 
-@main.command()
+@main.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq bench data/                              # every file in data/
+  feedq bench data/*.csv --batch-size 1024 --readers 4 --records 1000000
+  feedq bench data/ --shuffle --epochs 3 --on-error skip --json
+""")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Override detection from extension / magic bytes.")
-@click.option("--compression", type=click.Choice(["none", "gzip", "zlib"], case_sensitive=False), default=None)
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
+              help="Override detection from the extension / magic bytes.")
+@click.option("--compression", type=_COMPRESSIONS, default=None, help=_COMPRESSION_HELP)
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Records per batch delivered to the consumer.")
 @click.option("--readers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Reader objects, each with its own thread(s).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Threads per reader (reads are serialised per reader; decoding runs in parallel).")
 @click.option("--shuffle/--no-shuffle", default=False, show_default=True,
               help="Shuffle file order and records (shuffle_batch_join).")
-@click.option("--min-after-dequeue", type=click.IntRange(min=0), default=1000, show_default=True)
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--min-after-dequeue", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Records the shuffle queue keeps after each dequeue (with --shuffle).")
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Passes over the files.")
 @click.option("--device", default=None, help="Deliver batches to a device (e.g. cpu, cuda:0).")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop after seconds.")
-@click.option("--records", "max_records", type=click.IntRange(min=1), default=None, help="Stop after records.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds.")
+@click.option("--records", "max_records", type=click.IntRange(min=1), default=None,
+              help="Stop after this many records (at the end of the batch that reaches it).")
 @click.option("--record-bytes", type=click.IntRange(min=1), default=FIXED_RECORD_BYTES, show_default=True,
               help="Record size of fixed-length files.")
+@click.option("--sample", type=click.IntRange(min=1), default=DEFAULT_SAMPLE, show_default=True,
+              help=_SAMPLE_HELP)
 @click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise", show_default=True,
-              help="skip: count and log bad records/files and go on.")
+              help=_ON_ERROR_HELP)
 @click.option("--block-records", type=click.IntRange(min=1), default=None,
               help="Records per reader block (default: max(batch size, 4096)); blocks are re-sliced into batches.")
 @click.option("--direct", is_flag=True,
@@ -263,20 +248,26 @@ def _progress_printer(enabled: bool) -> Callable[[Any], None] | None:
 @click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
 def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
           threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
-          duration: float | None, max_records: int | None, record_bytes: int, on_error: str,
+          duration: float | None, max_records: int | None, record_bytes: int, sample: int, on_error: str,
           block_records: int | None, direct: bool, as_json: bool, progress: bool | None) -> None:
-    """Measure reading PATHS (files or folders) into decoded batches."""
+    """Measure reading PATHS (files or folders) into decoded batches.
+
+    MB/s counts the payload of the records delivered (line, record or row
+    bytes; not file bytes, not compressed bytes).
+    """
     def body() -> int:
-        from ._bench import infer_schema, run_bench
+        from ._bench import run_bench
+        from ._schema import infer_schema
 
         files = _expand(list(paths))
         f, comp = _format_of(files, fmt, compression)
-        schema = infer_schema(files[0], f, comp, record_bytes)
+        policy = cast(OnError, on_error)
+        schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
         _check_device(device)
         show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
         result = run_bench(files, schema, batch_size=batch_size, readers=readers, threads=threads,
                            shuffle=shuffle, min_after_dequeue=min_after_dequeue, epochs=epochs,
-                           duration=duration, max_records=max_records, on_error=on_error,
+                           duration=duration, max_records=max_records, on_error=policy,
                            progress=show, device=device, block_records=block_records, direct=direct)
         if show is not None:
             click.echo("", err=True)
@@ -286,7 +277,7 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
             _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
         return 130 if result.stopped_by == "interrupted" else 0
 
-    _guard(body)
+    guard(body, reads_data=True)
 
 
 def _expand(paths: list[str]) -> list[str]:
@@ -314,43 +305,26 @@ def _check_device(device: str | None) -> None:
         import torch
     except ImportError:
         raise click.UsageError(f'--device {device} needs torch: pip install "feedq[torch]"') from None
-    if "cuda" in device.lower() or "gpu" in device.lower():
-        if not torch.cuda.is_available():
-            raise click.UsageError(f"--device {device}: CUDA is not available on this machine")
-
-
-# -- cluster -------------------------------------------------------------------------------
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                "help_option_names": []})
-@click.pass_context
-def cluster(ctx: click.Context) -> None:
-    """Run, stop or describe a cluster task's server (on Ray).
-
-    `feedq cluster serve --job ps --task 0 --address HOST:6379 --cluster JSON`,
-    `feedq cluster stop ...`, `feedq cluster resources --job ps --task 0`;
-    `feedq cluster --help` for the details.
-    """
-    def body() -> int:
-        from .distributed.__main__ import main as cluster_main
-
-        return cluster_main(list(ctx.args))
-
-    _guard(body)
+    if ("cuda" in device.lower() or "gpu" in device.lower()) and not torch.cuda.is_available():
+        raise click.UsageError(f"--device {device}: CUDA is not available on this machine")
 
 
 # -- demo ------------------------------------------------------------------------------------
 
 
-@main.command()
+@main.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq demo
+  feedq demo --duration 30 --records 200000 --dir /tmp/feedq-demo
+""")
 @click.option("--dir", "folder", type=click.Path(file_okay=False), default=None,
-              help="Where to write the sample data (default: a temporary folder).")
+              help="Where to write the sample data (default: a temporary folder; files there are replaced).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
               help="Seconds to train.")
 @click.option("--records", type=click.IntRange(min=1000), default=50_000, show_default=True,
               help="Sample records per format.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Records per training batch.")
 @click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
 def demo(folder: str | None, duration: float, records: int, batch_size: int, progress: bool | None) -> None:
     """Make sample data (CSV, TFRecord, fixed-length) and train a tiny model on it.
@@ -364,24 +338,22 @@ def demo(folder: str | None, duration: float, records: int, batch_size: int, pro
             return _demo(root, duration, records, batch_size,
                          sys.stderr.isatty() if progress is None else progress)
 
-    _guard(body)
+    guard(body, reads_data=True)
 
 
 def _demo(root: Path, duration: float, records: int, batch_size: int, progress: bool) -> int:
-    from ._bench import infer_schema, run_bench
+    from ._bench import run_bench
+    from ._schema import infer_schema
 
     click.echo(f"feedq demo: writing {records:,} sample records per format to {root}")
-    sets = {
-        "csv": make_dataset(root / "csv", "csv", records, files=4),
-        "tfrecord": make_dataset(root / "tfrecord", "tfrecord", records, files=4),
-        "fixed": make_dataset(root / "fixed", "fixed", records, files=4),
-    }
+    sets = {fmt: make_dataset(root / fmt, fmt, records, files=4, overwrite=True)
+            for fmt in ("csv", "tfrecord", "fixed")}
     model = _TinyModel()
     click.echo(f"model: {model.kind} logistic regression on the features; label = class {model.target}")
     per = duration / len(sets)
     code = 0
     for fmt, paths in sets.items():
-        schema = infer_schema(paths[0], fmt, None, FIXED_RECORD_BYTES)
+        schema = infer_schema(paths, fmt, None, FIXED_RECORD_BYTES)
         show = _progress_printer(progress)
         result = run_bench(paths, schema, batch_size=batch_size, readers=2, shuffle=True,
                            min_after_dequeue=2000, epochs=None, duration=per,

@@ -608,8 +608,8 @@ def test_command_line_resources_and_errors(capsys: pytest.CaptureFixture[str]) -
 
     assert main(["resources", "--job", "ps", "--task", "1"]) == 0
     assert json.loads(capsys.readouterr().out) == {"feedq_task_ps_1": 1}
-    assert main(["serve", "--job", "chief", "--task", "0", "--cluster", json.dumps(SPEC)]) == 2
-    assert capsys.readouterr().err.startswith("error: no job 'chief' in the cluster")
+    assert main(["serve", "--job", "chief", "--task", "0", "--cluster", json.dumps(SPEC)]) == 1
+    assert capsys.readouterr().err.startswith("feedq: error: InvalidArgumentError: no job 'chief' in the cluster")
 
 
 def test_sem_dequeue_available(dist: Dist) -> None:
