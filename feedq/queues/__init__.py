@@ -1,8 +1,8 @@
 """Queues: FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue, PriorityQueue,
 and the ConditionalAccumulator (spec A1–A4).
 
-See ``docs/queue-api.md`` for the contract and ``../shared/spec`` rules
-Q1–Q43 and T1–T4 for the behaviour they follow.
+See ``docs/queue-api.md`` for the contract and ``docs/tf1-compat.md``, rules
+Q1–Q43 and T1–T4, for the behaviour they follow.
 """
 
 from __future__ import annotations
