@@ -103,7 +103,9 @@ _REF_DEF_RE = re.compile(r"^\s{0,3}\[[^\]\n]+\]:\s*<?(\S+?)>?(?:\s|$)", re.M)
 _HEADING_RE = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.M)
 
 #: Paths to the reference material the project was built from, which a clone lacks.
-_OUTSIDE_RE = re.compile(r"\.\./shared|\bshared/(?:spec|DESIGN|STYLE|seed)|tf1-semantics|\bDESIGN\.md|\bSTYLE\.md")
+_OUTSIDE_RE = re.compile(
+    r"\.\./shared|\bshared/(?:spec|DESIGN|STYLE|seed)|tf1-semantics|\bDESIGN\.md|\bSTYLE\.md"
+)
 #: A path that climbs out of its directory.
 _UP_PATH_RE = re.compile(r"(?<![\w./-])((?:\.\./)+[\w.-][\w./-]*)")
 #: A repository path: a top-level folder and a file with a documentation or
@@ -166,7 +168,7 @@ def test_link_checker_rejects_what_it_should() -> None:
     assert _link_problem(readme, "https://www.ray.io") is None
     assert _link_problem(readme, "../shared/DESIGN.md") == "points outside the repository"
     assert _link_problem(readme, "docs/no-such-page.md") == "no such file in the repository"
-    assert _link_problem(readme, "file:///etc/passwd") == "only http(s) URLs or paths inside the repository"
+    assert _link_problem(readme, "file:///x") == "only http(s) URLs or paths inside the repository"
     assert _link_problem(readme, "docs/tf1-compat.md#no-such-heading") is not None
 
 
