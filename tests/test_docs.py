@@ -219,3 +219,31 @@ def test_readme_links_the_reference_docs() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     for page in ("docs/tf1-compat.md", "docs/design.md"):
         assert f"]({page})" in text, f"README.md does not link {page}"
+
+
+def _readme_test_command() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            if line.rstrip().endswith("pytest"):
+                return str(line).strip()
+    raise AssertionError("README.md has no bash line that runs pytest")
+
+
+def test_ci_runs_the_readme_test_command_with_lint_and_types() -> None:
+    """.ci/run runs each step of the README's test command, in order, with
+    ruff and mypy between the install and pytest, each on its own line so
+    a failing step fails the run."""
+    command = _readme_test_command()
+    steps = [s.strip() for s in command.split("&&")]
+    steps = steps[steps.index(next(s for s in steps if s.startswith("pip install"))):]
+    assert steps[-1] == "pytest", command
+    lines = [ln.split("||")[0].split("  #")[0].strip()
+             for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    positions = [lines.index(step) for step in steps]
+    assert positions == sorted(positions), f".ci/run runs {steps} out of order"
+    install, test = positions[0], positions[-1]
+    checks = lines[install + 1:test]
+    assert "ruff check feedq tests benchmarks examples" in checks, checks
+    assert "mypy" in checks, checks
