@@ -12,6 +12,8 @@ Every test runs under two autouse fixtures:
   ``threading.excepthook`` sees) fail the test. A test that provokes one on
   purpose requests the fixture by name, checks the list, and clears it.
 
+Tests in :data:`SLOW_MODULES` get the ``slow`` mark.
+
 Helpers: :func:`wait_until` and :func:`wait_blocked` (wait for a state that
 ``statistics()`` reports, failing at the deadline instead of giving up
 quietly), :func:`join_or_fail`, :class:`Bg` (a call in a background thread),
@@ -39,10 +41,21 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+#: Test modules whose every test is ``slow`` (seconds each; skip them with
+#: ``-m "not slow"``): the Ray tests start a local Ray cluster (about 8 s) and
+#: several take 5-7 s each (measured with --durations on 2 cores).
+SLOW_MODULES = frozenset({"test_distributed_ray.py"})
+
 #: Prefix of the name of every thread feedq starts.
 FEEDQ_THREAD_PREFIX = "feedq-"
 #: How long threads a test leaves behind may take to end before it fails.
 LEFTOVER_GRACE_SECS = 5.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 def _leftover_threads(before: set[threading.Thread]) -> list[threading.Thread]:

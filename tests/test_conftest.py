@@ -151,3 +151,17 @@ def test_closed_queue_holds_the_items_then_ends() -> None:
         q.dequeue(timeout=0)
     nums = closed_queue(range(3), dtype=np.int64)
     assert nums.dequeue_up_to(5).tolist() == [0, 1, 2]
+
+
+@pytest.mark.timeout(60)
+def test_ray_module_tests_are_marked_slow(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makepyfile(test_distributed_ray="def test_a():\n    pass\n",
+                        test_other="def test_b():\n    pass\n")
+    slow = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", "-m", "slow")
+    slow.assert_outcomes(passed=1, deselected=1)
+    slow.stdout.no_fnmatch_line("*test_other*PASSED*")
+    quick = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not slow", "-v")
+    quick.assert_outcomes(passed=1, deselected=1)
+    quick.stdout.fnmatch_lines(["*test_other.py::test_b PASSED*"])
