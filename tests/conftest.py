@@ -42,7 +42,8 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 #: Test modules whose every test is ``slow`` (seconds each; skip them with
-#: ``-m "not slow"``): the Ray tests start a local Ray cluster (about 8 s) and
+#: ``-m "not slow and not stress"``: a command-line ``-m`` replaces the
+#: default ``-m "not stress"`` of pyproject.toml): the Ray tests start a local Ray cluster (about 8 s) and
 #: several take 5-7 s each (measured with --durations on 2 cores).
 SLOW_MODULES = frozenset({"test_distributed_ray.py"})
 
