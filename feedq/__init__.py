@@ -1,6 +1,6 @@
 """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
 
-Layering (DESIGN.md): errors <- queues <- readers / coordinator <- runners
+Layering (docs/design.md): errors <- queues <- readers / coordinator <- runners
 <- pipeline <- input <- devices <- distributed <- cli. This module re-exports
 the public surface; optional parts (torch, cupy, ray, tensorflow) load on
 first use.

@@ -69,6 +69,7 @@ def dist(ray_cluster: fd.LocalCluster) -> Iterator[Dist]:
     yield Dist("ray", ray_cluster)
     for task in list(DIST_TASKS):
         fd.default_session().set_operation_timeout(None, task=task)
+    fd.disconnect()  # stops the session's feedq-heartbeat thread: no thread outlives the test
 
 
 # The same semantic cases as on the local backend (collected here with this

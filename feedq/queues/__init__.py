@@ -1,8 +1,8 @@
 """Queues: FIFOQueue, RandomShuffleQueue, PaddingFIFOQueue, PriorityQueue,
 the ConditionalAccumulator (spec A1–A4), and CancelToken.
 
-See ``docs/queue-api.md`` for the contract and ``../shared/spec`` rules
-Q1–Q43 and T1–T4 for the behaviour they follow.
+See ``docs/queue-api.md`` for the contract and ``docs/tf1-compat.md``, rules
+Q1–Q43 and T1–T4, for the behaviour they follow.
 
 Modules, one idea each: ``_spec`` (element specs, value conversion),
 ``_cancel`` (CancelToken, how a call waits), ``_engine`` (pending attempts,

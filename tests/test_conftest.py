@@ -1,0 +1,167 @@
+"""The test infrastructure itself (tests/conftest.py): leftover threads and
+thread exceptions fail a test, waits fail at their deadline."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from feedq.errors import OutOfRangeError
+
+from .conftest import check_no_leftover_threads, closed_queue, join_or_fail, wait_until
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+INNER_TESTS = '''
+import threading
+
+from conftest import wait_until
+
+RELEASE = threading.Event()
+
+
+def test_leaks_a_daemon_feedq_thread():
+    threading.Thread(target=RELEASE.wait, name="feedq-leaky", daemon=True).start()
+
+
+def test_leaks_a_non_daemon_thread():
+    threading.Thread(target=RELEASE.wait, args=(3,), name="plain-leaky").start()
+
+
+def test_a_daemon_thread_of_another_library_is_not_ours():
+    threading.Thread(target=RELEASE.wait, args=(3,), name="other-lib", daemon=True).start()
+
+
+def test_a_thread_raises():
+    t = threading.Thread(target=lambda: 1 / 0, name="feedq-boom")
+    t.start()
+    t.join()
+
+
+def test_an_expected_thread_exception(thread_exceptions):
+    t = threading.Thread(target=lambda: 1 / 0, name="feedq-expected")
+    t.start()
+    t.join()
+    assert [a.exc_type for a in thread_exceptions] == [ZeroDivisionError]
+    thread_exceptions.clear()
+
+
+def test_wait_until_fails_at_its_deadline():
+    wait_until(lambda: False, 0.05, "the impossible")
+
+
+def test_clean():
+    t = threading.Thread(target=lambda: None, name="feedq-short-lived")
+    t.start()
+
+
+def test_zz_release():
+    RELEASE.set()
+'''
+
+
+@pytest.mark.timeout(120)
+def test_conftest_fails_leaks_thread_errors_and_missed_deadlines(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST.read_text(encoding="utf-8") + "\nLEFTOVER_GRACE_SECS = 0.3\n")
+    pytester.makepyfile(test_inner=INNER_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
+    outcomes = result.parseoutcomes()
+    out = result.stdout.str()
+    # Leaks and thread errors fail at teardown (reported as errors), a missed
+    # deadline fails the test; everything else passes.
+    assert outcomes.get("errors") == 3, out
+    assert outcomes.get("failed") == 1, out
+    assert outcomes.get("passed") == 7, out  # every call but the missed deadline
+    result.stdout.re_match_lines([
+        r".*test left threads running after a 0.3 s grace: \['feedq-leaky \(daemon\)'\].*",
+        r".*test left threads running after a 0.3 s grace: \['plain-leaky'\].*",
+        r".*exceptions escaped threads during the test:.*",
+        r".*timed out after 0.05 s waiting for the impossible.*",
+    ], consecutive=False)
+    assert "feedq-boom: ZeroDivisionError" in out
+    assert "other-lib" not in out.split("short test summary")[-1]
+    assert "feedq-expected" not in out
+
+
+def test_leftover_check_names_feedq_daemon_threads() -> None:
+    before = set(threading.enumerate())
+    release = threading.Event()
+    t = threading.Thread(target=release.wait, name="feedq-test-leak", daemon=True)
+    t.start()
+    try:
+        with pytest.raises(pytest.fail.Exception, match=r"\['feedq-test-leak \(daemon\)'\]"):
+            check_no_leftover_threads(before, grace=0.05)
+    finally:
+        release.set()
+        join_or_fail(t)
+    check_no_leftover_threads(before, grace=1.0)  # ended: nothing left
+
+
+def test_leftover_check_waits_for_threads_that_are_ending() -> None:
+    before = set(threading.enumerate())
+    go = threading.Event()
+    t = threading.Thread(target=go.wait, name="feedq-test-ending", daemon=True)
+    t.start()
+    timer = threading.Timer(0.05, go.set)
+    timer.start()
+    check_no_leftover_threads(before, grace=5.0)  # joins within the grace
+    assert not t.is_alive()
+    join_or_fail(timer)
+
+
+def test_thread_exceptions_are_collected(thread_exceptions: list[threading.ExceptHookArgs]) -> None:
+    def fail() -> None:
+        raise KeyError("from a thread")
+
+    t = threading.Thread(target=fail, name="feedq-test-raiser")
+    t.start()
+    join_or_fail(t)
+    assert [(a.exc_type, a.thread.name if a.thread else None) for a in thread_exceptions] == [
+        (KeyError, "feedq-test-raiser")
+    ]
+    thread_exceptions.clear()  # expected: the fixture must not fail this test
+
+
+def test_wait_until_fails_naming_what_it_waited_for() -> None:
+    with pytest.raises(pytest.fail.Exception, match=r"^timed out after 0.01 s waiting for the moon$"):
+        wait_until(lambda: False, 0.01, "the moon")
+    wait_until(lambda: True, 0.0, "no wait needed")
+
+
+def test_join_or_fail_fails_on_a_live_thread() -> None:
+    release = threading.Event()
+    t = threading.Thread(target=release.wait, name="feedq-test-live", daemon=True)
+    t.start()
+    with pytest.raises(pytest.fail.Exception, match=r"^thread feedq-test-live did not end within 0.01 s$"):
+        join_or_fail(t, 0.01)
+    release.set()
+    join_or_fail(t)
+
+
+def test_closed_queue_holds_the_items_then_ends() -> None:
+    q = closed_queue(["a.txt", b"b.txt"])
+    assert q.is_closed()
+    assert [q.dequeue(), q.dequeue()] == [b"a.txt", b"b.txt"]
+    with pytest.raises(OutOfRangeError):
+        q.dequeue(timeout=0)
+    nums = closed_queue(range(3), dtype=np.int64)
+    assert nums.dequeue_up_to(5).tolist() == [0, 1, 2]
+
+
+@pytest.mark.timeout(60)
+def test_ray_module_tests_are_marked_slow(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makepyfile(test_distributed_ray="def test_a():\n    pass\n",
+                        test_other="def test_b():\n    pass\n")
+    slow = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", "-m", "slow")
+    slow.assert_outcomes(passed=1, deselected=1)
+    slow.stdout.no_fnmatch_line("*test_other*PASSED*")
+    quick = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not slow", "-v")
+    quick.assert_outcomes(passed=1, deselected=1)
+    quick.stdout.fnmatch_lines(["*test_other.py::test_b PASSED*"])
