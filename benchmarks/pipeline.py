@@ -73,7 +73,7 @@ def shuffle_pipeline(x: np.ndarray, y: np.ndarray, threads: int, per_element: bo
             s = feedq.slice_input_producer([x, y], num_epochs=1, shuffle=True, seed=0, capacity=8192)
             b = feedq.shuffle_batch(s, BATCH, capacity=20_000, min_after_dequeue=10_000, num_threads=threads,
                                     allow_smaller_final_batch=True)
-        for xb, yb in b:
+        for _xb, yb in b:
             seen += yb.shape[0]
     assert seen == rows, (seen, rows)
     return rows / (time.perf_counter() - t0)

@@ -159,14 +159,14 @@ def main() -> None:
     header("feedq queue benchmark")
     rows = []
     for shape in [(), (32,)]:
-        f, _ = median_rate(lambda: pairs_feedq(n_pairs, shape), repeats)
-        s, _ = median_rate(lambda: pairs_stdlib(n_pairs, shape), repeats)
+        f, _ = median_rate(lambda shape=shape: pairs_feedq(n_pairs, shape), repeats)
+        s, _ = median_rate(lambda shape=shape: pairs_stdlib(n_pairs, shape), repeats)
         rows.append([f"(a) pairs/s, float32{list(shape)}, 1P+1C threads", f"{f:,.0f}", f"queue.Queue {s:,.0f}",
                      f"{f / s:.2f}x (cost {s / f:.2f}x)", "cost <= 1.5x"])
     bound, _ = median_rate(lambda: copy_bound(blocks), repeats)
     for make, target in [("fifo", 0.5), ("shuffle", 0.25), ("padding", 0.25)]:
         for threaded in (False, True):
-            r, _ = median_rate(lambda: batch_rate(make, blocks, threaded), repeats)
+            r, _ = median_rate(lambda make=make, threaded=threaded: batch_rate(make, blocks, threaded), repeats)
             label = f"({'b' if make == 'fifo' else 'c'}) MB/s {make} 256x32 f32 " + ("1P+1C threads" if threaded else "one thread")
             rows.append([label, f"{r:,.0f}", f"numpy copy {bound:,.0f}", f"{r / bound:.2f}x", f">= {target}x"])
     rp, _ = median_rate(lambda: ragged_padding_rate(blocks // 10), repeats)

@@ -88,7 +88,7 @@ def part2_shuffle_batch(paths: list[str]) -> int:
             inputs, batch_size=128, capacity=4000, min_after_dequeue=1000, enqueue_many=True,
             dtypes=[np.float32, np.int32], shapes=[[2], []], allow_smaller_final_batch=True, seed=7,
         )
-        for features, target in batches:  # ends at the end of the data
+        for _features, target in batches:  # ends at the end of the data
             seen += len(target)
     print(f"part 2: {seen} instances in shuffled batches of up to 128")
     return seen

@@ -45,7 +45,16 @@ from .errors import CancelledError
 from .queues import QueueBase
 from .runners import QueueRunner, add_queue_runner, runner_events
 
-__all__ = ["Pipeline", "control_dependencies", "current_pipeline"]
+# current_dependencies, gate_ops and register_runner are for feedq.input (the
+# producers and batchers register their runners through them).
+__all__ = [
+    "Pipeline",
+    "control_dependencies",
+    "current_dependencies",
+    "current_pipeline",
+    "gate_ops",
+    "register_runner",
+]
 
 _local = threading.local()
 

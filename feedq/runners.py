@@ -63,9 +63,11 @@ __all__ = [
     "QUEUE_RUNNERS",
     "QueueRunner",
     "QueueRunnerStatistics",
+    "RunnerEvents",
     "add_queue_runner",
     "clear_queue_runners",
     "get_queue_runners",
+    "runner_events",
     "start_queue_runners",
 ]
 

@@ -99,7 +99,7 @@ def test_replica_modes_on_gpus(mode: str) -> None:
                 assert y.device == torch.device(devices[r])
                 rows += y.cpu().tolist()
             else:
-                for r, (x, y) in enumerate(item):
+                for r, (_x, y) in enumerate(item):
                     assert y.device == torch.device(devices[r])
                     rows += y.cpu().tolist()
     if mode == "broadcast":

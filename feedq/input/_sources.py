@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..queues import STRING
 from .._arrays import as_dtype, as_torch_free_array
+from ..queues import STRING
 from ._sparse import is_sparse, is_sparse_spec, sparse_dtype
 from ._stage import Stage
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import as_dtype
 from ..errors import InvalidArgumentError
 from ..queues import STRING
-from .._arrays import as_dtype
 from ..readers import SparseTensorValue, VarLenFeature
 
 __all__ = [

@@ -49,7 +49,7 @@ reopens the file at the next record.
 from __future__ import annotations
 
 from feedq.readers._base import ReaderBase, RecordBlock
-from feedq.readers._crc import masked_crc32c as masked_crc32c  # re-export; not in __all__
+from feedq.readers._crc import masked_crc32c
 from feedq.readers._csv import decode_csv
 from feedq.readers._example import parse_example, parse_single_example
 from feedq.readers._example_pb import (
@@ -103,6 +103,7 @@ __all__ = [
     "decode_csv",
     "decode_raw",
     "example_class",
+    "masked_crc32c",
     "parse_example",
     "parse_sequence_example",
     "parse_single_example",
