@@ -27,6 +27,27 @@ Storage is the only thing queue kinds change: ``_put``, ``_take``,
 columns (one NumPy buffer per component: ``(alloc,) + shape`` for dense
 components, an object array of per-element arrays for ragged ones).
 
+Copies outside the lock (reserve → copy → commit). A kind whose storage is a
+ring (FIFOQueue, PaddingFIFOQueue) lets a large ``enqueue_many`` /
+``dequeue_many`` that can finish at once copy its dense numeric columns with
+the lock released: under the lock it *reserves* the ring slots after the
+stored rows (``_in_busy``) or *claims* the oldest rows (``_out_busy``), copies,
+then takes the lock again to *commit* (publish the rows, in order) or to free
+the claimed slots. NumPy releases the GIL for large copies; without this, the
+other thread would wake only to block on the queue's lock. A reservation is
+the linearisation point of its call: it counts against the capacity at once,
+its rows become visible at the commit, and nothing that arrives meanwhile
+(close, cancel, a timeout of another call) undoes it. Rules that keep strict
+arrival order (Q14, Q16) and exact accounting:
+
+* at most one reservation is in flight; while it is, no other row is stored
+  after it (producers wait in line, the flush serves none, and the queue
+  stays CLOSING, not CLOSED, so that dequeues wait for its rows);
+* claims leave the stored rows at once (``size`` counts them out, Q12); their
+  slots are reused only once every older claim finished copying;
+* an asynchronous exception (Ctrl-C) in the copy rolls back exactly: a
+  reservation is released, a claim's rows go back to the front in order (T3).
+
 Close is a state machine (OPEN → CLOSING → CLOSED): CLOSING while enqueues
 that were pending at ``close()`` may still finish, CLOSED once none is.
 """
@@ -158,6 +179,10 @@ class QueueEngine(ElementCodec):
         self._dequeued = 0  # guarded by self._mutex
         self._alloc = 0  # guarded by self._mutex
         self._cols = []  # guarded by self._mutex
+        # Rows reserved by an enqueue copying outside the lock, and rows
+        # claimed by dequeues copying outside it (ring kinds only).
+        self._in_busy = 0  # guarded by self._mutex
+        self._out_busy = 0  # guarded by self._mutex
 
     # -- blocking calls ------------------------------------------------------------
 
@@ -290,6 +315,45 @@ class QueueEngine(ElementCodec):
         set_num_enqueued(err, 0)
         return err
 
+    # -- copies outside the lock (ring kinds) ----------------------------------------
+
+    def _run_reserved(self, res: Any) -> None:
+        """Copy a reservation's rows in with the lock released, then commit
+        them; an interrupted copy releases the reservation (lock not held)."""
+        copied = False
+        try:
+            try:
+                self._copy_in(res)
+                copied = True
+            finally:
+                try:
+                    hold(self._mutex)
+                finally:
+                    try:
+                        self._commit_put(res, copied)
+                    finally:
+                        self._mutex.release()
+        except BaseException as exc:
+            set_num_enqueued(exc, res.n if copied else 0)
+            raise
+
+    def _run_claimed(self, claim: Any) -> list[np.ndarray[Any, Any]]:
+        """Copy a claim's rows out with the lock released, then free their
+        slots; an interrupted copy puts the rows back in front (lock not held)."""
+        copied = False
+        try:
+            chunk = self._copy_out(claim)
+            copied = True
+        finally:
+            try:
+                hold(self._mutex)
+            finally:
+                try:
+                    self._finish_claim(claim, copied)
+                finally:
+                    self._mutex.release()
+        return chunk
+
     # -- giving elements back ---------------------------------------------------------
 
     def _give_back(self, att: _Dequeue) -> None:
@@ -321,9 +385,10 @@ class QueueEngine(ElementCodec):
     # -- the flush (lock held) ---------------------------------------------------------
 
     def _free(self) -> int:
+        """Rows the capacity allows in now (reserved rows count as stored)."""
         if self._capacity < 0:
             return 1 << 62
-        return self._capacity - self._size
+        return self._capacity - self._size - self._in_busy
 
     def _ended(self) -> bool:
         """No element can arrive any more: closed and no enqueue pending."""
@@ -345,16 +410,18 @@ class QueueEngine(ElementCodec):
         progress = True
         while progress:
             progress = False
-            if self._state is QueueState.CLOSING and not producers:
+            if self._state is QueueState.CLOSING and not producers and not self._in_busy:
                 self._state = QueueState.CLOSED
                 progress = True
-            # Producers, oldest first (Q14).
-            while producers:
+            # Producers, oldest first (Q14); none behind a reservation that
+            # is being copied in, whose rows come first (Q16).
+            while producers and not self._in_busy:
                 att = producers[0]
                 k = min(self._free(), att.n - att.done)
+                if k > 0:
+                    k = self._room_for(k)
                 if k <= 0:
                     break
-                self._ensure_alloc(self._size + k)
                 self._put(att.cols, att.done, k)
                 att.done += k
                 self._size += k
@@ -369,6 +436,7 @@ class QueueEngine(ElementCodec):
                 att.cols = []
                 self._finish_producer(att)
             # Consumers, oldest first (Q14).
+            taken = self._dequeued
             while consumers:
                 datt = consumers[0]
                 need = datt.n - datt.count
@@ -403,8 +471,8 @@ class QueueEngine(ElementCodec):
                 datt.queued = False
                 self._finish_consumer(datt)
                 progress = True
-            if producers and self._free() > 0:
-                progress = True
+            if producers and self._dequeued > taken:
+                progress = True  # room was freed: the producers' head may go on
 
     def _collect(self, att: _Dequeue, k: int) -> None:
         if att.outs is not None:
@@ -453,6 +521,13 @@ class QueueEngine(ElementCodec):
             # Never beyond capacity unless a put-back needs it.
             target = max(needed, min(target, self._capacity))
         self._grow(target)
+
+    def _room_for(self, k: int) -> int:
+        """How many of ``k`` rows (``k <= _free()``) can be stored now,
+        growing the storage if needed (lock held). Ring kinds return fewer
+        while claimed slots are still being copied out."""
+        self._ensure_alloc(self._size + k)
+        return k
 
     def _initial_alloc(self) -> int:
         if self._capacity >= 0:
@@ -513,4 +588,33 @@ class QueueEngine(ElementCodec):
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         """Return previously taken elements to the front (room is guaranteed)."""
+        raise NotImplementedError
+
+    # Ring kinds only (used when ``_copy_rows`` is set, see the module docstring).
+
+    def _reserve(self, cols: list[np.ndarray[Any, Any]], n: int) -> Any:
+        """Reserve room for rows ``[0, n)`` of ``cols`` after the stored rows
+        (the caller checked that they may go in now and fit); store what is
+        not copied outside the lock."""
+        raise NotImplementedError
+
+    def _copy_in(self, res: Any) -> None:
+        """Copy a reservation's dense rows into its slots (lock not held)."""
+        raise NotImplementedError
+
+    def _commit_put(self, res: Any, copied: bool) -> None:
+        """Publish a reservation's rows, or release it if not ``copied``."""
+        raise NotImplementedError
+
+    def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> Any:
+        """Take the ``k`` oldest rows out of the count, keeping their slots
+        busy until :meth:`_finish_claim`; take what is not copied outside."""
+        raise NotImplementedError
+
+    def _copy_out(self, claim: Any) -> list[np.ndarray[Any, Any]]:
+        """Copy a claim's rows out (lock not held); one column per component."""
+        raise NotImplementedError
+
+    def _finish_claim(self, claim: Any, copied: bool) -> None:
+        """Free a claim's slots, or put its rows back in front if not ``copied``."""
         raise NotImplementedError

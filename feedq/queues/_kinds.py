@@ -4,6 +4,7 @@ hooks (see :mod:`feedq.queues._engine`)."""
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,14 @@ from ._queue import QueueBase
 from ._spec import STRING, Component, normalize_dtypes, normalize_shapes
 
 __all__ = ["FIFOQueue", "PaddingFIFOQueue", "PriorityQueue", "RandomShuffleQueue"]
+
+
+def _ring_clear(buf: np.ndarray[Any, Any], alloc: int, pos: int, k: int) -> None:
+    """Drop the references in ``k`` slots of an object ring column from ``pos``."""
+    first = min(k, alloc - pos)
+    buf[pos : pos + first] = None
+    if k > first:
+        buf[: k - first] = None
 
 
 def _clear(buf: np.ndarray[Any, Any], index: Any) -> None:
@@ -51,6 +60,7 @@ class FIFOQueue(QueueBase):
 
     _kind = "FIFOQueue"
     _default_name = "fifo_queue"
+    _unlocked_copy_bytes = 1 << 20
 
     def __init__(
         self,
@@ -64,22 +74,64 @@ class FIFOQueue(QueueBase):
         super().__init__(capacity, dtypes, shapes, names, shared_name, name)
 
     def _init_storage(self) -> None:
-        self._head = 0  # guarded by self._mutex: ring index of the oldest element
+        # guarded by self._mutex
+        self._head = 0  # ring index of the oldest stored element
+        # The enqueue copying its rows in outside the lock, and the dequeues
+        # copying theirs out, oldest first (see feedq.queues._engine).
+        self._resv: _Reservation | None = None
+        self._claims: deque[_Claim] = deque()
+        self._dense_idx = [i for i, c in enumerate(self._components) if c.dense and c.dtype is not STRING]
+        self._obj_idx = [i for i, c in enumerate(self._components) if not (c.dense and c.dtype is not STRING)]
 
     def _grow(self, alloc: int) -> None:
+        # Also a fresh layout at the same size: the stored rows and the slots
+        # of a reservation in flight move to the front of new columns; slots
+        # still being copied out stay with the old columns, which the claims
+        # keep (they are no longer counted busy here).
         new = [self._new_column(c, alloc) for c in self._components]
-        if self._size:
+        live = self._size + self._in_busy
+        if live:
             for dst, src in zip(new, self._cols):
-                self._copy_out(src, self._head, self._size, dst)
+                self._ring_read(src, self._head, live, dst)
+        if self._resv is not None:
+            self._resv.pos = self._size  # its commit copies the rows again
+        for claim in self._claims:
+            claim.stale = True
+        self._claims.clear()
+        self._out_busy = 0
         self._cols = new
         self._alloc = alloc
         self._head = 0
 
-    def _copy_out(self, buf: np.ndarray[Any, Any], start: int, k: int, dst: np.ndarray[Any, Any]) -> None:
+    def _ensure_alloc(self, needed: int) -> None:
+        super()._ensure_alloc(needed + self._in_busy)
+
+    def _room_for(self, k: int) -> int:
+        room = self._alloc - self._size - self._in_busy - self._out_busy
+        if room >= k:
+            return k
+        if self._size + self._in_busy + k > self._alloc and (self._capacity < 0 or self._alloc < self._capacity):
+            self._ensure_alloc(self._size + k)  # a fresh layout: no slot busy
+            return min(k, self._alloc - self._size - self._in_busy)
+        return max(room, 0)  # the rest once the claimed slots are free
+
+    def _ring_read(self, buf: np.ndarray[Any, Any], start: int, k: int, dst: np.ndarray[Any, Any]) -> None:
+        """``dst[:k] = `` ``k`` rows of ``buf`` from ring index ``start``."""
         first = min(k, self._alloc - start)
         dst[:first] = buf[start : start + first]
         if k > first:
             dst[first:k] = buf[: k - first]
+
+    @staticmethod
+    def _ring_write(buf: np.ndarray[Any, Any], alloc: int, pos: int, src: np.ndarray[Any, Any]) -> None:
+        """Write the rows of ``src`` into ``buf`` (a ring of ``alloc`` slots) from ``pos``."""
+        k = src.shape[0]
+        if pos + k <= alloc:
+            buf[pos : pos + k] = src
+        else:
+            first = alloc - pos
+            buf[pos:] = src[:first]
+            buf[: k - first] = src[first:]
 
     def _write(self, pos: int, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
         if pos + k <= self._alloc:
@@ -101,7 +153,18 @@ class FIFOQueue(QueueBase):
             pos -= self._alloc
         self._write(pos, cols, start, k)
 
+    def _keep_busy(self, k: int) -> None:
+        """Rows taken under the lock while older claims are still copying
+        out: their slots stay busy until those finish, so that the busy
+        slots remain one run just before the head."""
+        done = _Claim(self._head, k, [], None, 0)
+        done.done = True
+        self._claims.append(done)
+        self._out_busy += k
+
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
+        if self._claims:
+            self._keep_busy(k)
         head, alloc = self._head, self._alloc
         end = head + k
         result = []
@@ -120,7 +183,7 @@ class FIFOQueue(QueueBase):
             if outs is None:
                 result.append(np.concatenate((buf[head:alloc], buf[: k - first])))
             else:
-                self._copy_out(buf, head, k, outs[i][offset : offset + k])
+                self._ring_read(buf, head, k, outs[i][offset : offset + k])
             if self._obj_cols[i]:
                 buf[head:alloc] = None
                 buf[: k - first] = None
@@ -129,6 +192,9 @@ class FIFOQueue(QueueBase):
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         k = chunk[0].shape[0]
+        if self._out_busy or self._alloc - self._size - self._in_busy < k:
+            # The slots in front are still being copied out: lay out afresh.
+            self._grow(max(self._alloc, self._size + self._in_busy + k))
         self._head = (self._head - k) % self._alloc
         self._write(self._head, chunk, 0, k)
 
@@ -143,6 +209,8 @@ class FIFOQueue(QueueBase):
             buf[pos] = value
 
     def _take_one(self) -> list[Any]:
+        if self._claims:
+            self._keep_busy(1)
         pos = self._head
         self._head = pos + 1 if pos + 1 < self._alloc else 0
         if self._single_numeric:
@@ -150,6 +218,156 @@ class FIFOQueue(QueueBase):
             v = self._cols[0][pos]
             return [v.copy() if self._row_kinds[0] == 1 else v]
         return self._read_row(pos)
+
+    # -- copies outside the lock (reserve -> copy -> commit) -------------------------
+
+    def _reserve(self, cols: list[np.ndarray[Any, Any]], n: int) -> _Reservation:
+        pos = self._head + self._size
+        if pos >= self._alloc:
+            pos -= self._alloc
+        res = _Reservation(pos, n, cols, self._cols)
+        for i in self._obj_idx:  # object columns: under the lock
+            self._ring_write(self._cols[i], self._alloc, pos, cols[i][:n])
+        self._in_busy = n
+        self._resv = res
+        return res
+
+    def _copy_in(self, res: _Reservation) -> None:
+        alloc = res.dst[0].shape[0]
+        for i in self._dense_idx:
+            src = res.src[i]
+            self._ring_write(res.dst[i], alloc, res.dst_pos, src if src.shape[0] == res.n else src[: res.n])
+
+    def _commit_put(self, res: _Reservation, copied: bool) -> None:
+        self._resv = None
+        self._in_busy = 0
+        n = res.n
+        if copied:
+            if res.dst is not self._cols:
+                # The storage was laid out afresh meanwhile (a put-back that
+                # needed the front): copy the rows again where they are now.
+                for i in self._dense_idx:
+                    self._ring_write(self._cols[i], self._alloc, res.pos, res.src[i][:n])
+            self._size = size = self._size + n
+            self._enqueued += n
+            if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                self._peak = size
+        else:
+            for i in self._obj_idx:  # drop the references stored at reserve time
+                _ring_clear(self._cols[i], self._alloc, res.pos, n)
+        res.src = []
+        if self._consumers or self._producers or self._state is QueueState.CLOSING:
+            self._flush()
+
+    def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> _Claim:
+        head, alloc = self._head, self._alloc
+        claim = _Claim(head, k, self._cols, outs, offset)
+        objs: dict[int, np.ndarray[Any, Any]] = {}
+        for i in self._obj_idx:  # object columns: under the lock, and cleared
+            buf = self._cols[i]
+            col = np.empty((k, *buf.shape[1:]), dtype=object)
+            self._ring_read(buf, head, k, col)
+            _ring_clear(buf, alloc, head, k)
+            objs[i] = col
+        claim.objs = objs
+        end = head + k
+        self._head = end if end < alloc else end - alloc
+        self._size -= k
+        self._dequeued += k
+        self._out_busy += k
+        self._claims.append(claim)
+        return claim
+
+    def _copy_out(self, claim: _Claim) -> list[np.ndarray[Any, Any]]:
+        k, pos, src = claim.k, claim.pos, claim.src
+        alloc = src[0].shape[0]
+        end = pos + k
+        result: list[np.ndarray[Any, Any]] = []
+        outs, offset = claim.outs, claim.offset
+        for i in range(len(src)):
+            if i in claim.objs:
+                col = claim.objs[i]
+                if outs is not None:
+                    outs[i][offset : offset + k] = col
+                    col = outs[i][offset : offset + k]
+                result.append(col)
+                continue
+            buf = src[i]
+            if outs is not None:
+                dst = outs[i][offset : offset + k]
+                if end <= alloc:
+                    dst[...] = buf[pos:end]
+                else:
+                    dst[: alloc - pos] = buf[pos:]
+                    dst[alloc - pos :] = buf[: end - alloc]
+                result.append(dst)
+            elif end <= alloc:
+                result.append(buf[pos:end].copy())
+            else:
+                result.append(np.concatenate((buf[pos:], buf[: end - alloc])))
+        return result
+
+    def _finish_claim(self, claim: _Claim, copied: bool) -> None:
+        chunk = None if copied else self._claimed_rows(claim)
+        claim.done = True
+        if not claim.stale:
+            claims = self._claims
+            while claims and claims[0].done:
+                self._out_busy -= claims.popleft().k
+        claim.src = []
+        if chunk is not None:
+            # Interrupted: the rows go back to the front, in order (T3).
+            self._restore([chunk])
+            self._flush()
+        elif self._producers:
+            self._flush()
+
+    def _claimed_rows(self, claim: _Claim) -> list[np.ndarray[Any, Any]]:
+        """A claim's rows as columns, read from its slots (lock held)."""
+        chunk = []
+        for i, buf in enumerate(claim.src):
+            if i in claim.objs:
+                chunk.append(claim.objs[i])
+            else:
+                col = np.empty_like(buf, shape=(claim.k, *buf.shape[1:]))
+                first = min(claim.k, buf.shape[0] - claim.pos)
+                col[:first] = buf[claim.pos : claim.pos + first]
+                col[first:] = buf[: claim.k - first]
+                chunk.append(col)
+        return chunk
+
+
+class _Reservation:
+    """Ring slots ``[pos, pos + n)`` being written by an enqueue_many."""
+
+    __slots__ = ("dst", "dst_pos", "n", "pos", "src")
+
+    def __init__(self, pos: int, n: int, src: list[np.ndarray[Any, Any]], dst: list[np.ndarray[Any, Any]]) -> None:
+        self.pos = pos  # guarded by the queue's lock: where the rows are now (a fresh layout moves them)
+        self.n = n
+        self.src = src
+        # Where the copy writes (fixed: the copy does not take the lock).
+        self.dst = dst
+        self.dst_pos = pos
+
+
+class _Claim:
+    """Ring slots ``[pos, pos + k)`` being read by a dequeue_many."""
+
+    __slots__ = ("done", "k", "objs", "offset", "outs", "pos", "src", "stale")
+
+    def __init__(
+        self, pos: int, k: int, src: list[np.ndarray[Any, Any]],
+        outs: list[np.ndarray[Any, Any]] | None, offset: int,
+    ) -> None:
+        self.pos = pos
+        self.k = k
+        self.src = src  # the columns the copy reads from
+        self.outs = outs
+        self.offset = offset
+        self.objs: dict[int, np.ndarray[Any, Any]] = {}
+        self.done = False  # guarded by the queue's lock
+        self.stale = False  # guarded by the queue's lock: its slots were left behind by a fresh layout
 
 
 class PaddingFIFOQueue(FIFOQueue):

@@ -14,6 +14,7 @@ future call that would have to wait with ``CancelledError`` (chained from
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -101,6 +102,10 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
     """
 
     _default_name: ClassVar[str] = "queue"
+    #: Ring kinds: an enqueue_many / dequeue_many moving at least this many
+    #: bytes of dense numeric data copies it with the lock released
+    #: (reserve → copy → commit, see :mod:`feedq.queues._engine`); None: never.
+    _unlocked_copy_bytes: ClassVar[int | None] = None
     #: Components with partial shapes are allowed (PaddingFIFOQueue).
     _partial_shapes: ClassVar[bool] = False
     _name_counters: ClassVar[dict[str, itertools.count[int]]] = {}
@@ -174,6 +179,14 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             else (3 if c.dense and c.shape != () else 2)
             for c in components
         ]
+        # Batches of at least this many rows copy outside the lock.
+        self._unlocked_rows = 1 << 62
+        row_bytes = 0
+        for c in components:
+            if c.dense and c.dtype is not STRING and c.shape is not None:
+                row_bytes += c.dtype.itemsize * math.prod(d or 0 for d in c.shape)
+        if self._unlocked_copy_bytes is not None and row_bytes > 0:
+            self._unlocked_rows = max(1, -(-self._unlocked_copy_bytes // row_bytes))
         self._init_storage()
         self._grow(self._initial_alloc())
         return self
@@ -299,19 +312,21 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         else:
             row = self._convert_row(vals)
         with self._mutex:
-            # Fast path: nobody ahead in line and room now.
+            # Fast path: nobody ahead in line (nor a batch being copied in)
+            # and room now.
+            size = self._size
             if (
                 self._state is QueueState.OPEN
                 and not self._producers
-                and (self._capacity < 0 or self._size < self._capacity)
+                and not self._in_busy
+                and (self._capacity < 0 or size < self._capacity)
+                and (size + self._out_busy < self._alloc or self._room_for(1))
             ):
-                if self._size >= self._alloc:
-                    self._ensure_alloc(self._size + 1)
                 self._put_one(row)
-                self._size += 1
+                self._size = size = size + 1
                 self._enqueued += 1
-                if self._size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                    self._peak = self._size
+                if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                    self._peak = size
                 if self._consumers:
                     self._flush()
                 return
@@ -343,18 +358,30 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         if n == 0:
             return
         with self._mutex:
-            # Fast path: nobody ahead in line and room for the whole batch.
-            if self._state is QueueState.OPEN and not self._producers and self._free() >= n:
-                if self._size + n > self._alloc:
-                    self._ensure_alloc(self._size + n)
-                self._put(cols, 0, n)
-                self._size += n
-                self._enqueued += n
-                if self._size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                    self._peak = self._size
-                if self._consumers:
-                    self._flush()
-                return
+            # Fast path: nobody ahead in line (nor a batch being copied in)
+            # and room for the whole batch.
+            if (
+                self._state is QueueState.OPEN
+                and not self._producers
+                and not self._in_busy
+                and self._free() >= n
+                and self._room_for(n) == n
+            ):
+                if n < self._unlocked_rows:
+                    self._put(cols, 0, n)
+                    self._size = size = self._size + n
+                    self._enqueued += n
+                    if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                        self._peak = size
+                    if self._consumers:
+                        self._flush()
+                    return
+                res = self._reserve(cols, n)
+            else:
+                res = None
+        if res is not None:
+            self._run_reserved(res)  # copy with the lock released, then commit
+            return
         self._run_enqueue(_Enqueue(cols, n, cancel), timeout, "enqueue_many")
 
     def put_back(self, vals: Any, *, many: bool = True) -> None:
@@ -511,14 +538,26 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             avail = self._available() if not self._consumers else 0
             if avail >= n or (some and avail > 0):
                 k = min(n, avail)
-                chunk = self._take(k, outs, 0)
-                self._size -= k
-                self._dequeued += k
+                if k < self._unlocked_rows:
+                    chunk = self._take(k, outs, 0)
+                    self._size -= k
+                    self._dequeued += k
+                    if self._producers:
+                        self._flush()
+                    if outs is None and self._all_dense:
+                        return chunk[0] if self._single else pack_values(chunk, self._names)
+                    return self._assemble([chunk], k, outs)
+                claim = self._claim(k, outs, 0)
                 if self._producers:
                     self._flush()
-                if outs is None and self._all_dense:
-                    return chunk[0] if self._single else pack_values(chunk, self._names)
-                return self._assemble([chunk], k, outs)
+            else:
+                claim = None
+        if claim is not None:
+            # Copy with the lock released, then free the slots.
+            chunk = self._run_claimed(claim)
+            if outs is None and self._all_dense:
+                return chunk[0] if self._single else pack_values(chunk, self._names)
+            return self._assemble([chunk], k, outs)
         att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
         self._run_dequeue(att, timeout)
         return self._assemble(att.chunks, att.count, outs)
