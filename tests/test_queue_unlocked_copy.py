@@ -11,11 +11,13 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from feedq.errors import CancelledError, DeadlineExceededError, OutOfRangeError
 from feedq.queues import CancelToken, FIFOQueue, PaddingFIFOQueue, QueueState
@@ -494,3 +496,112 @@ def test_wait_helpers_see_in_flight_state() -> None:
     a.result()
     q.enqueue_many(_batch([2]), timeout=0)
     _check_rows(q.dequeue_many(2, timeout=0), [1, 2])
+
+
+# -- the inlined per-element and batch fast paths of FIFOQueue ------------------------------
+
+fast_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("enqueue"), st.integers(1, 1)),
+        st.tuples(st.just("enqueue_many"), st.integers(0, 9)),
+        st.tuples(st.just("enqueue_many_i32"), st.integers(1, 9)),
+        st.tuples(st.just("dequeue"), st.integers(1, 1)),
+        st.tuples(st.just("dequeue_many"), st.integers(0, 9)),
+        st.tuples(st.just("put_back"), st.integers(1, 3)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    capacity=st.sampled_from([-1, 3, 8, 13]),
+    width=st.sampled_from([None, 2]),
+    unlocked=st.booleans(),
+    seq=fast_ops,
+)
+def test_fast_paths_match_a_deque(capacity: int, width: int | None, unlocked: bool, seq: list[tuple[str, int]]) -> None:
+    """Bare-array enqueue_many, per-element calls, dequeue_many and
+    put_back through wrap-around and growth, against a deque (Q12-Q20)."""
+    shape = [] if width is None else [width]
+    cls = UnlockedFIFO if unlocked else FIFOQueue
+    q = cls(capacity, np.int64, shapes=[shape])
+    model: deque[int] = deque()
+    nxt = 0
+
+    def rows(ids: list[int], dtype: Any = np.int64) -> np.ndarray[Any, Any]:
+        a = np.asarray(ids, dtype)
+        return a if width is None else np.repeat(a[:, None], width, axis=1)
+
+    def ids_of(a: Any) -> list[int]:
+        a = np.asarray(a)
+        if width is not None:
+            assert (a == a[..., :1]).all()
+            a = a[..., 0]
+        return np.atleast_1d(a).tolist()
+
+    for op, k in seq:
+        # (put_back may take the queue past its capacity)
+        free = (1 << 30) if capacity < 0 else max(0, capacity - len(model))
+        if op.startswith("enqueue"):
+            ids = list(range(nxt, nxt + k))
+            nxt += k
+            if op == "enqueue":
+                value = rows(ids)[0]
+                if free >= 1:
+                    q.enqueue(value, timeout=0)
+                    model.append(ids[0])
+                else:
+                    with pytest.raises(DeadlineExceededError):
+                        q.enqueue(value, timeout=0)
+                continue
+            batch = rows(ids, np.int32 if op == "enqueue_many_i32" else np.int64)
+            if k <= free:  # also k == 0, at once (Q17)
+                q.enqueue_many(batch, timeout=0)
+                model.extend(ids)
+            else:
+                with pytest.raises(DeadlineExceededError) as info:
+                    q.enqueue_many(batch, timeout=0)
+                assert info.value.num_enqueued == free  # type: ignore[attr-defined]
+                model.extend(ids[:free])
+        elif op == "put_back":
+            back = list(range(-nxt - k, -nxt))
+            nxt += k
+            q.put_back(rows(back))
+            model.extendleft(reversed(back))
+        else:
+            n = 1 if op == "dequeue" else k
+            if n <= len(model):
+                got = q.dequeue(timeout=0) if op == "dequeue" else q.dequeue_many(n, timeout=0)
+                assert ids_of(got) == [model.popleft() for _ in range(n)]
+                if width is not None:
+                    assert not np.shares_memory(got, q._cols[0])
+            else:
+                with pytest.raises(DeadlineExceededError):
+                    q.dequeue(timeout=0) if op == "dequeue" else q.dequeue_many(n, timeout=0)
+        assert q.size() == len(model)
+    q.close()
+    rest = ids_of(q.dequeue_up_to(1 << 20, timeout=0)) if model else []
+    assert rest == list(model)
+    s = q.statistics()
+    assert s.enqueued - s.dequeued == 0 and s.size == 0
+
+
+def test_per_element_fast_path_converts_and_copies() -> None:
+    q = FIFOQueue(4, str, shapes=[[]])
+    q.enqueue(np.array("x", dtype=object))  # an object array is not taken as is
+    assert q.dequeue() == b"x"
+    with pytest.raises(TypeError):
+        q.enqueue(np.array(3, dtype=object))
+    f = FIFOQueue(4, np.float32, shapes=[[3]])
+    row = np.ones(3, np.float32)
+    f.enqueue(row)
+    row[:] = 7  # the queue copied it
+    got = f.dequeue()
+    assert got.tolist() == [1, 1, 1] and not np.shares_memory(got, f._cols[0])
+    with pytest.raises(TypeError):
+        f.enqueue(np.ones(3, np.float64))  # lossy: still rejected (Q8)
+    with pytest.raises(TypeError):
+        f.enqueue_many(np.ones((2, 3), np.float64))
+    f.enqueue_many(np.ones((2, 3), np.float16))  # a safe cast: accepted
+    assert f.dequeue_many(2).dtype == np.float32

@@ -10,11 +10,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ._cancel import CancelToken
 from ._engine import QueueState
-from ._queue import QueueBase
-from ._spec import STRING, Component, normalize_dtypes, normalize_shapes
+from ._queue import QueueBase, check_timeout
+from ._spec import STRING, Component, Count, normalize_dtypes, normalize_shapes
 
 __all__ = ["FIFOQueue", "PaddingFIFOQueue", "PriorityQueue", "RandomShuffleQueue"]
+
+_OPEN = QueueState.OPEN
 
 
 def _ring_clear(buf: np.ndarray[Any, Any], alloc: int, pos: int, k: int) -> None:
@@ -61,6 +64,7 @@ class FIFOQueue(QueueBase):
     _kind = "FIFOQueue"
     _default_name = "fifo_queue"
     _unlocked_copy_bytes = 1 << 20
+    _head: int  # guarded by self._mutex: ring index of the oldest stored element
 
     def __init__(
         self,
@@ -73,13 +77,157 @@ class FIFOQueue(QueueBase):
     ) -> None:
         super().__init__(capacity, dtypes, shapes, names, shared_name, name)
 
+    # -- the per-element hot path -----------------------------------------------------
+
+    def enqueue(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
+        # QueueBase.enqueue with its fast path inlined for one component and
+        # no token, the common per-element case.
+        if cancel is not None or not self._single:
+            super().enqueue(vals, timeout, cancel=cancel)
+            return
+        if type(vals) is np.ndarray and vals.dtype is self._dtype0 and vals.shape == self._shape0:
+            value: Any = vals  # already what the column holds (Component.convert_one)
+        elif isinstance(vals, (list, tuple, dict)):
+            super().enqueue(vals, timeout, cancel=cancel)
+            return
+        else:
+            value = self._components[0].convert_one(vals, self._wheres[0])
+        if timeout is not None:
+            check_timeout(timeout)
+        with self._mutex:
+            size = self._size
+            if (
+                self._state is _OPEN
+                and not self._producers
+                and not self._in_busy
+                and size < self._size_limit
+                and size + self._out_busy < self._alloc
+            ):
+                pos = self._head + size
+                if pos >= self._alloc:
+                    pos -= self._alloc
+                self._cols[0][pos] = value
+                self._size = size = size + 1
+                self._enqueued += 1
+                if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                    self._peak = size
+                if self._consumers:
+                    self._flush()
+                return
+        self._enqueue_row([value], timeout, cancel)
+
+    def dequeue(self, timeout: float | None = None, *, cancel: CancelToken | None = None) -> Any:
+        # QueueBase.dequeue with its fast path inlined for one dense numeric
+        # component and no token.
+        if cancel is None and self._single_numeric and self._single:
+            if timeout is not None:
+                check_timeout(timeout)
+            with self._mutex:
+                size = self._size
+                if size and not self._consumers:
+                    if self._claims:
+                        self._keep_busy(1)
+                    pos = self._head
+                    self._head = pos + 1 if pos + 1 < self._alloc else 0
+                    self._size = size - 1
+                    self._dequeued += 1
+                    v = self._cols[0][pos]
+                    if self._row_copy:
+                        v = v.copy()  # a row: a view of the ring until copied
+                    if self._producers:
+                        self._flush()
+                    return v
+        return super().dequeue(timeout, cancel=cancel)
+
+    def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
+        # QueueBase.enqueue_many with its fast path inlined for one dense
+        # numeric component given as an ndarray of its dtype, no token, and a
+        # batch small enough to copy under the lock.
+        if (
+            cancel is None
+            and type(vals) is np.ndarray
+            and vals.dtype is self._dtype0
+            and vals.ndim
+            and vals.shape[1:] == self._shape0
+            and self._single
+        ):
+            if timeout is not None:
+                check_timeout(timeout)
+            n = vals.shape[0]
+            with self._mutex:
+                size = self._size
+                alloc = self._alloc
+                if (
+                    0 < n < self._unlocked_rows
+                    and self._state is _OPEN
+                    and not self._producers
+                    and not self._in_busy
+                    and size + n <= self._size_limit
+                    and size + self._out_busy + n <= alloc
+                ):
+                    pos = self._head + size
+                    if pos >= alloc:
+                        pos -= alloc
+                    if pos + n <= alloc:
+                        self._cols[0][pos : pos + n] = vals
+                    else:
+                        self._ring_write(self._cols[0], alloc, pos, vals)
+                    self._size = size = size + n
+                    self._enqueued += n
+                    if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                        self._peak = size
+                    if self._consumers:
+                        self._flush()
+                    return
+        super().enqueue_many(vals, timeout, cancel=cancel)
+
+    def dequeue_many(
+        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+    ) -> Any:
+        # QueueBase.dequeue_many with its fast path inlined for one dense
+        # numeric component, no token and no out buffers.
+        if cancel is None and out is None and type(n) is int and self._single_numeric and self._single:
+            if timeout is not None:
+                check_timeout(timeout)
+            with self._mutex:
+                size = self._size
+                if 0 < n <= size and n < self._unlocked_rows and not self._consumers:
+                    if self._claims:
+                        self._keep_busy(n)
+                    head, alloc = self._head, self._alloc
+                    buf = self._cols[0]
+                    end = head + n
+                    if end < alloc:
+                        result = buf[head:end].copy()
+                        self._head = end
+                    elif end == alloc:
+                        result = buf[head:end].copy()
+                        self._head = 0
+                    else:
+                        result = np.concatenate((buf[head:], buf[: end - alloc]))
+                        self._head = end - alloc
+                    self._size = size - n
+                    self._dequeued += n
+                    if self._producers:
+                        self._flush()
+                    return result
+        return super().dequeue_many(n, timeout, out, cancel=cancel)
+
+    # -- storage -------------------------------------------------------------------------
+
     def _init_storage(self) -> None:
         # guarded by self._mutex
-        self._head = 0  # ring index of the oldest stored element
+        self._head = 0
         # The enqueue copying its rows in outside the lock, and the dequeues
         # copying theirs out, oldest first (see feedq.queues._engine).
         self._resv: _Reservation | None = None
         self._claims: deque[_Claim] = deque()
+        # The per-element hot path takes an ndarray of exactly this dtype
+        # (numeric only) and shape as it is.
+        comp0 = self._components[0]
+        self._dtype0 = comp0.dtype if comp0.dense and comp0.dtype is not STRING else None
+        self._shape0 = comp0.shape
+        self._row_copy = bool(self._row_kinds[0] == 1)
         self._dense_idx = [i for i, c in enumerate(self._components) if c.dense and c.dtype is not STRING]
         self._obj_idx = [i for i, c in enumerate(self._components) if not (c.dense and c.dtype is not STRING)]
 

@@ -165,6 +165,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         self._init_engine()
         # Facts for the fast paths, fixed at construction.
         self._single = names is None and len(components) == 1
+        self._size_limit = capacity if capacity >= 0 else 1 << 62
         self._all_shaped = all(c.shape is not None for c in components)
         self._all_dense = all(c.dense for c in components)
         self._desc = f"{self._kind} '{name}'"
@@ -303,7 +304,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             DeadlineExceededError: timed out; nothing was inserted (T2).
         """
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise _enqueue_cancelled(cancel)
         comps = self._components
@@ -311,6 +312,10 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             row = [comps[0].convert_one(vals, self._wheres[0])]  # inline: the hot path
         else:
             row = self._convert_row(vals)
+        self._enqueue_row(row, timeout, cancel)
+
+    def _enqueue_row(self, row: list[Any], timeout: float | None, cancel: CancelToken | None) -> None:
+        """:meth:`enqueue` of a converted element."""
         with self._mutex:
             # Fast path: nobody ahead in line (nor a batch being copied in)
             # and room now.
@@ -350,7 +355,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             leading rows were inserted before it; the rest never will be.
         """
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise _enqueue_cancelled(cancel)
         cols = self._convert_batch(vals)
@@ -429,7 +434,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             DeadlineExceededError: timed out; nothing was removed (T2).
         """
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise cancel.error()
         with self._mutex:
@@ -519,7 +524,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"
             )
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         if not self._all_shaped:
             raise InvalidArgumentError(
                 f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
@@ -655,6 +660,6 @@ def _enqueue_cancelled(token: CancelToken) -> BaseException:
     return err
 
 
-def _check_timeout(timeout: float) -> None:
+def check_timeout(timeout: float) -> None:
     if not timeout >= 0:  # also rejects NaN
         raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
