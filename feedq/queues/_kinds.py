@@ -53,7 +53,12 @@ class FIFOQueue(QueueBase):
     Fixed-shape components live in preallocated columnar ring buffers, so
     ``enqueue_many`` / ``dequeue_many`` are at most two slice copies per
     component. Storage grows by doubling up to ``capacity`` (or without
-    bound when ``capacity < 0``, Q5).
+    bound when ``capacity < 0``, Q5). A batch of at least 1 MiB of dense
+    numeric data that can go in (or out) at once is copied with the lock
+    released (reserve → copy → commit, see :mod:`feedq.queues._engine`).
+    For one component and no ``cancel`` token, ``enqueue`` / ``dequeue`` /
+    ``enqueue_many`` / ``dequeue_many`` run their fast path inline here;
+    everything else is :class:`QueueBase`'s.
 
     Example::
 
