@@ -605,3 +605,15 @@ def test_per_element_fast_path_converts_and_copies() -> None:
         f.enqueue_many(np.ones((2, 3), np.float64))
     f.enqueue_many(np.ones((2, 3), np.float16))  # a safe cast: accepted
     assert f.dequeue_many(2).dtype == np.float32
+
+
+def test_a_caller_holding_the_queue_lock_keeps_it() -> None:
+    """A batch copied 'outside' the lock by a thread that already holds it
+    (re-entrantly) leaves the lock held, as it found it."""
+    q = UnlockedFIFO(8, np.int64, shapes=[[]])
+    with q._mutex:
+        q.enqueue_many(np.arange(4))
+        np.testing.assert_array_equal(q.dequeue_many(3), [0, 1, 2])
+        assert q._mutex._is_owned()  # type: ignore[attr-defined]
+    assert not q._mutex._is_owned()  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(q.dequeue_many(1, timeout=0), [3])

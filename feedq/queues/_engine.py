@@ -321,6 +321,9 @@ class QueueEngine(ElementCodec):
         """Copy a reservation's rows in with the lock released, then commit
         them; an interrupted copy releases the reservation (lock not held)."""
         copied = False
+        # (A caller holding the lock already keeps it throughout.)
+        mutex: Any = self._mutex
+        relock = not mutex._is_owned()
         try:
             try:
                 self._copy_in(res)
@@ -332,7 +335,8 @@ class QueueEngine(ElementCodec):
                     try:
                         self._commit_put(res, copied)
                     finally:
-                        self._mutex.release()
+                        if relock:
+                            self._mutex.release()
         except BaseException as exc:
             set_num_enqueued(exc, res.n if copied else 0)
             raise
@@ -341,6 +345,8 @@ class QueueEngine(ElementCodec):
         """Copy a claim's rows out with the lock released, then free their
         slots; an interrupted copy puts the rows back in front (lock not held)."""
         copied = False
+        mutex: Any = self._mutex
+        relock = not mutex._is_owned()
         try:
             chunk = self._copy_out(claim)
             copied = True
@@ -351,7 +357,8 @@ class QueueEngine(ElementCodec):
                 try:
                     self._finish_claim(claim, copied)
                 finally:
-                    self._mutex.release()
+                    if relock:
+                        self._mutex.release()
         return chunk
 
     # -- giving elements back ---------------------------------------------------------
