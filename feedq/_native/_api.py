@@ -81,7 +81,7 @@ EX_REASONS = {
 KIND_BYTES = 1
 KIND_FLOAT = 2
 KIND_INT64 = 3
-_KIND_DTYPE = {KIND_FLOAT: np.dtype(np.float32), KIND_INT64: np.dtype(np.int64)}
+_KIND_DTYPE: dict[int, np.dtype[Any]] = {KIND_FLOAT: np.dtype(np.float32), KIND_INT64: np.dtype(np.int64)}
 
 #: Largest TFRecord length accepted by default (as TFRecordReader's default).
 DEFAULT_MAX_RECORD_BYTES = 1 << 30

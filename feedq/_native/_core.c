@@ -967,19 +967,23 @@ emit_values(feat_t *ft, int64_t row, const uint8_t *base)
                     j += (int64_t)cnt;
                     s += 4 * cnt;
                 } else if (lf == 1 && kind == K_INT64 && (lwt == WT_LEN || lwt == WT_VARINT)) {
+                    /* one varint, or a packed run of them (possibly empty) */
+                    int one = lwt == WT_VARINT;
                     const uint8_t *ve = se;
-                    if (lwt == WT_LEN) {
+                    if (!one) {
                         if (rd_len(&s, se, &n))
                             return EX_TRUNCATED;
                         ve = s + n;
                     }
-                    do {
+                    while (one || s < ve) {
                         uint64_t v;
                         if (rd_varint(&s, ve, &v) || j >= ft->m.count)
                             return EX_TRUNCATED;
                         store_i64(dst + 8 * j, (int64_t)v);
                         j++;
-                    } while (lwt == WT_LEN && s < ve);
+                        if (one)
+                            break;
+                    }
                 } else if (lf == 1 && kind == K_BYTES && lwt == WT_LEN) {
                     if (rd_len(&s, se, &n) || j >= ft->m.count)
                         return EX_TRUNCATED;

@@ -53,8 +53,16 @@ def _pick_crc() -> Callable[[Any, int], int]:
             import google_crc32c as _g
         except ImportError:
             return crc32c_table
-        return lambda data, value=0: int(_g.extend(value, bytes(data)))
-    return lambda data, value=0: int(_pkg.crc32c(data, value))
+
+        def google(data: Any, value: int = 0) -> int:
+            return int(_g.extend(value, bytes(data)))
+
+        return google
+
+    def icrar(data: Any, value: int = 0) -> int:
+        return int(_pkg.crc32c(data, value))
+
+    return icrar
 
 
 _crc = _pick_crc()
@@ -433,14 +441,15 @@ def _emit(d: bytes, ent: int, ent_end: int, m: _Merged) -> list[Any]:
                     out.extend(d[s + k : s + k + 4] for k in range(0, n, 4))
                     s += n
                 elif lf == 1 and kind == K_INT64 and lwt in (WT_LEN, WT_VARINT):
+                    one = lwt == WT_VARINT
                     ve = se
-                    if lwt == WT_LEN:
+                    if not one:
                         n, s = _len(d, s, se)
                         ve = s + n
-                    while True:
+                    while one or s < ve:
                         v, s = _varint(d, s, ve)
                         out.append(v - (1 << 64) if v >> 63 else v)
-                        if not (lwt == WT_LEN and s < ve):
+                        if one:
                             break
                 elif lf == 1 and kind == K_BYTES and lwt == WT_LEN:
                     n, s = _len(d, s, se)
