@@ -25,6 +25,7 @@ benchmarks that compare them.
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -98,10 +99,10 @@ PURE_PYTHON_ENV = "FEEDQ_PURE_PYTHON"
 
 def _load_native() -> tuple[ModuleType | None, str | None]:
     try:
-        from . import _core  # type: ignore[attr-defined]
+        core = importlib.import_module(f"{__name__}._core")
     except ImportError as exc:  # not built (or built for another Python)
         return None, str(exc)
-    return _core, None
+    return core, None
 
 
 _core_module, NATIVE_IMPORT_ERROR = _load_native()
