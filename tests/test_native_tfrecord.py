@@ -188,7 +188,11 @@ def test_bad_arguments(core: nat.Kernels) -> None:
 
 @st.composite
 def corrupted_streams(draw: Any) -> tuple[bytes, int, int | None, int, bool]:
-    lengths = draw(st.lists(st.integers(0, 300), max_size=12))
+    if draw(st.booleans()):
+        lengths = draw(st.lists(st.integers(0, 300), max_size=12))
+    else:  # runs of one length (the twin confirms those in bulk)
+        lengths = [draw(st.integers(0, 40))] * draw(st.integers(0, 150))
+        lengths += draw(st.lists(st.integers(0, 40), max_size=3))
     recs = [draw(st.binary(min_size=n, max_size=n)) for n in lengths]
     buf = bytearray(b"".join(frame(r) for r in recs))
     for _ in range(draw(st.integers(0, 3))):

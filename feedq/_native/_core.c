@@ -351,6 +351,57 @@ done:
     return res;
 }
 
+/* ------------------------------------------------------------------ buffers */
+
+/* A read-write buffer owning malloc'd memory: flat outputs are handed to
+ * NumPy (np.frombuffer) without a copy; the memory is freed with the object,
+ * which every view keeps alive. */
+typedef struct {
+    PyObject_HEAD
+    void *buf;
+    Py_ssize_t len;
+} OwnedBuffer;
+
+static int
+owned_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+    OwnedBuffer *ob = (OwnedBuffer *)self;
+    return PyBuffer_FillInfo(view, self, ob->buf, ob->len, 0, flags);
+}
+
+static void
+owned_dealloc(PyObject *self)
+{
+    free(((OwnedBuffer *)self)->buf);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs owned_as_buffer = {owned_getbuffer, NULL};
+
+static PyTypeObject OwnedBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "feedq._native._core.OwnedBuffer",
+    .tp_basicsize = sizeof(OwnedBuffer),
+    .tp_dealloc = owned_dealloc,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory filled by the C core, exposed through the buffer protocol.",
+};
+
+/* Wrap `buf` (malloc'd, `len` bytes; taken over, also on failure). */
+static PyObject *
+owned_buffer(void *buf, size_t len)
+{
+    OwnedBuffer *ob = PyObject_New(OwnedBuffer, &OwnedBufferType);
+    if (ob == NULL) {
+        free(buf);
+        return NULL;
+    }
+    ob->buf = buf;
+    ob->len = (Py_ssize_t)len;
+    return (PyObject *)ob;
+}
+
 /* ------------------------------------------------------------------ Example */
 
 /* Reason codes of a record that is not a valid serialized Example. Protobuf
@@ -712,6 +763,8 @@ typedef struct {
     int64_t count; /* values of that kind, after the last switch */
     int64_t first; /* index (among the entry's kind fields) of the first list of the final run */
     int64_t nseg;  /* kind fields seen */
+    const uint8_t *last, *last_end; /* the body of the last list (the whole final run when
+                                       nseg - first == 1, the usual case) */
 } merged_t;
 
 static int
@@ -739,6 +792,8 @@ feature_walk(const uint8_t *p, const uint8_t *end, merged_t *m)
             }
             m->count += c;
             m->nseg++;
+            m->last = p;
+            m->last_end = p + n;
             p += n;
             continue;
         }
@@ -830,7 +885,7 @@ example_walk(const uint8_t *p, const uint8_t *end, feat_t *fs, Py_ssize_t nf)
             const uint8_t *key = NULL;
             size_t klen = 0;
             int unknown = 0;
-            merged_t m = {0, 0, 0, 0};
+            merged_t m = {0, 0, 0, 0, NULL, NULL};
             q = re;
             while (r < re) {
                 e = rd_tag(&r, re, &f, &wt);
@@ -883,123 +938,172 @@ example_walk(const uint8_t *p, const uint8_t *end, feat_t *fs, Py_ssize_t nf)
     return EX_OK;
 }
 
+/* Decode a varint of at most 8 bytes from 8 readable bytes at p, without a
+ * branch per byte: returns its length (1..8), or 0 for a longer one. */
+static inline int
+varint8(const uint8_t *p, uint64_t *out)
+{
+    uint64_t w = load_le64(p);
+    uint64_t term = ~w & 0x8080808080808080ull;
+    if (term == 0)
+        return 0;
+    int len = (CTZ64(term) >> 3) + 1;
+    uint64_t x = len == 8 ? w : w & ((1ull << (8 * len)) - 1);
+    x &= 0x7F7F7F7F7F7F7F7Full;
+    /* squeeze out bit 7 of every byte */
+    x = (x & 0x000000000000007Full) | ((x & 0x0000000000007F00ull) >> 1) |
+        ((x & 0x00000000007F0000ull) >> 2) | ((x & 0x000000007F000000ull) >> 3) |
+        ((x & 0x0000007F00000000ull) >> 4) | ((x & 0x00007F0000000000ull) >> 5) |
+        ((x & 0x007F000000000000ull) >> 6) | ((x & 0x7F00000000000000ull) >> 7);
+    *out = x;
+    return len;
+}
+
+/* Write the values of one list body [s, se) of `kind` at dst[*j...]; at most
+ * `count` values in all. The body was validated by pass 1; every step is
+ * bounds-checked again all the same (the buffer may be shared). */
+static int
+emit_list(int kind, const uint8_t *s, const uint8_t *se, uint8_t *dst, int64_t *jp,
+          int64_t count, const uint8_t *base)
+{
+    int64_t j = *jp;
+    size_t n;
+    while (s < se) {
+        uint32_t lf;
+        int lwt;
+        if (rd_tag(&s, se, &lf, &lwt))
+            return EX_TRUNCATED;
+        if (lf == 1 && kind == K_FLOAT && (lwt == WT_LEN || lwt == WT_FIXED32)) {
+            size_t cnt;
+            if (lwt == WT_LEN) {
+                if (rd_len(&s, se, &n) || n % 4)
+                    return EX_TRUNCATED;
+                cnt = n / 4;
+            } else {
+                if (se - s < 4)
+                    return EX_TRUNCATED;
+                cnt = 1;
+            }
+            if (j + (int64_t)cnt > count)
+                return EX_TRUNCATED;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            memcpy(dst + 4 * j, s, 4 * cnt);
+#else
+            for (size_t t = 0; t < cnt; t++) {
+                uint32_t u = load_le32(s + 4 * t);
+                memcpy(dst + 4 * (j + (int64_t)t), &u, 4);
+            }
+#endif
+            j += (int64_t)cnt;
+            s += 4 * cnt;
+        } else if (lf == 1 && kind == K_INT64 && (lwt == WT_LEN || lwt == WT_VARINT)) {
+            /* one varint, or a packed run of them (possibly empty) */
+            int one = lwt == WT_VARINT;
+            const uint8_t *ve = se;
+            if (!one) {
+                if (rd_len(&s, se, &n))
+                    return EX_TRUNCATED;
+                ve = s + n;
+            }
+            while (one || s < ve) {
+                uint64_t v;
+                int len;
+                if (j >= count)
+                    return EX_TRUNCATED;
+                if (ve - s >= 8 && (len = varint8(s, &v)) != 0)
+                    s += len;
+                else if (rd_varint(&s, ve, &v))
+                    return EX_TRUNCATED;
+                store_i64(dst + 8 * j, (int64_t)v);
+                j++;
+                if (one)
+                    break;
+            }
+        } else if (lf == 1 && kind == K_BYTES && lwt == WT_LEN) {
+            if (rd_len(&s, se, &n) || j >= count)
+                return EX_TRUNCATED;
+            store_i64(dst + 16 * j, (int64_t)(s - base));
+            store_i64(dst + 16 * j + 8, (int64_t)(s + n - base));
+            j++;
+            s += n;
+        } else if (skip_field(&s, se, lf, lwt, LVL_LIST)) {
+            return EX_TRUNCATED;
+        }
+    }
+    *jp = j;
+    return EX_OK;
+}
+
 /* Pass 2 for one feature of one record: write the values of the winning
- * entry's final run of lists. The entry was validated by pass 1; the walk
- * is bounds-checked again all the same (the buffer may be shared). `base`
- * is the buffer start (bytes values are returned as offsets into it). */
+ * entry's final run of lists -- the one list pass 1 noted, or (after a merge)
+ * every list from the run's first, found by walking the entry again.
+ * `base` is the buffer start (bytes values are returned as offsets into it). */
 static int
 emit_values(feat_t *ft, int64_t row, const uint8_t *base)
 {
-    const uint8_t *r = ft->ent, *re = ft->ent_end;
-    int kind = ft->m.kind;
-    int to_col = ft->fixed >= 0;
-    int64_t seg = 0, j = 0;
+    const merged_t *m = &ft->m;
+    int kind = m->kind;
+    int64_t j = 0;
     size_t esize = kind == K_FLOAT ? 4 : kind == K_INT64 ? 8 : 16;
     uint8_t *dst;
+    int e;
 
-    if (ft->m.count == 0)
+    if (m->count == 0)
         return EX_OK; /* an empty list: nothing to write */
-    if (to_col) {
+    if (ft->fixed >= 0) {
         dst = ft->col + (size_t)row * (size_t)ft->fixed * esize;
     } else {
-        if (vbuf_reserve(ft, (size_t)ft->m.count * esize) < 0)
+        if (vbuf_reserve(ft, (size_t)m->count * esize) < 0)
             return EX_NO_MEMORY;
         dst = ft->vbuf + ft->vlen;
     }
-    while (r < re) {
-        uint32_t f;
-        int wt;
-        size_t n;
-        if (rd_tag(&r, re, &f, &wt))
-            return EX_TRUNCATED;
-        if (!(f == 2 && wt == WT_LEN)) {
-            if (skip_field(&r, re, f, wt, LVL_ENTRY))
+    if (m->nseg - m->first == 1) {
+        e = emit_list(kind, m->last, m->last_end, dst, &j, m->count, base);
+        if (e)
+            return e;
+    } else {
+        const uint8_t *r = ft->ent, *re = ft->ent_end;
+        int64_t seg = 0;
+        while (r < re) {
+            uint32_t f;
+            int wt;
+            size_t n;
+            if (rd_tag(&r, re, &f, &wt))
                 return EX_TRUNCATED;
-            continue;
-        }
-        if (rd_len(&r, re, &n))
-            return EX_TRUNCATED;
-        const uint8_t *q = r, *qe = r + n;
-        r = qe;
-        while (q < qe) {
-            if (rd_tag(&q, qe, &f, &wt))
-                return EX_TRUNCATED;
-            if (!(f >= 1 && f <= 3 && wt == WT_LEN)) {
-                if (skip_field(&q, qe, f, wt, LVL_FEATURE))
+            if (!(f == 2 && wt == WT_LEN)) {
+                if (skip_field(&r, re, f, wt, LVL_ENTRY))
                     return EX_TRUNCATED;
                 continue;
             }
-            if (rd_len(&q, qe, &n))
+            if (rd_len(&r, re, &n))
                 return EX_TRUNCATED;
-            const uint8_t *s = q, *se = q + n;
-            q = se;
-            if (seg++ < ft->m.first)
-                continue;
-            if ((int)f != kind)
-                return EX_TRUNCATED; /* cannot happen after pass 1 */
-            /* a list of the final run */
-            while (s < se) {
-                uint32_t lf;
-                int lwt;
-                if (rd_tag(&s, se, &lf, &lwt))
+            const uint8_t *q = r, *qe = r + n;
+            r = qe;
+            while (q < qe) {
+                if (rd_tag(&q, qe, &f, &wt))
                     return EX_TRUNCATED;
-                if (lf == 1 && kind == K_FLOAT && (lwt == WT_LEN || lwt == WT_FIXED32)) {
-                    size_t cnt;
-                    if (lwt == WT_LEN) {
-                        if (rd_len(&s, se, &n) || n % 4)
-                            return EX_TRUNCATED;
-                        cnt = n / 4;
-                    } else {
-                        if (se - s < 4)
-                            return EX_TRUNCATED;
-                        cnt = 1;
-                    }
-                    if (j + (int64_t)cnt > ft->m.count)
+                if (!(f >= 1 && f <= 3 && wt == WT_LEN)) {
+                    if (skip_field(&q, qe, f, wt, LVL_FEATURE))
                         return EX_TRUNCATED;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-                    memcpy(dst + 4 * j, s, 4 * cnt);
-#else
-                    for (size_t t = 0; t < cnt; t++) {
-                        uint32_t u = load_le32(s + 4 * t);
-                        memcpy(dst + 4 * (j + (int64_t)t), &u, 4);
-                    }
-#endif
-                    j += (int64_t)cnt;
-                    s += 4 * cnt;
-                } else if (lf == 1 && kind == K_INT64 && (lwt == WT_LEN || lwt == WT_VARINT)) {
-                    /* one varint, or a packed run of them (possibly empty) */
-                    int one = lwt == WT_VARINT;
-                    const uint8_t *ve = se;
-                    if (!one) {
-                        if (rd_len(&s, se, &n))
-                            return EX_TRUNCATED;
-                        ve = s + n;
-                    }
-                    while (one || s < ve) {
-                        uint64_t v;
-                        if (rd_varint(&s, ve, &v) || j >= ft->m.count)
-                            return EX_TRUNCATED;
-                        store_i64(dst + 8 * j, (int64_t)v);
-                        j++;
-                        if (one)
-                            break;
-                    }
-                } else if (lf == 1 && kind == K_BYTES && lwt == WT_LEN) {
-                    if (rd_len(&s, se, &n) || j >= ft->m.count)
-                        return EX_TRUNCATED;
-                    store_i64(dst + 16 * j, (int64_t)(s - base));
-                    store_i64(dst + 16 * j + 8, (int64_t)(s + n - base));
-                    j++;
-                    s += n;
-                } else if (skip_field(&s, se, lf, lwt, LVL_LIST)) {
-                    return EX_TRUNCATED;
+                    continue;
                 }
+                if (rd_len(&q, qe, &n))
+                    return EX_TRUNCATED;
+                const uint8_t *ls = q;
+                q += n;
+                if (seg++ < m->first)
+                    continue;
+                if ((int)f != kind)
+                    return EX_TRUNCATED; /* cannot happen after pass 1 */
+                e = emit_list(kind, ls, q, dst, &j, m->count, base);
+                if (e)
+                    return e;
             }
         }
     }
-    if (j != ft->m.count)
+    if (j != m->count)
         return EX_TRUNCATED;
-    if (!to_col)
+    if (ft->fixed < 0)
         ft->vlen += (size_t)j * esize;
     return EX_OK;
 }
@@ -1014,7 +1118,7 @@ emit_values(feat_t *ft, int64_t row, const uint8_t *base)
  * [B * fixed] float32/int64 buffer, for records of that kind and count; -1:
  * flat values); out_kinds: writable int8 [F * B] (kind found, 0 = missing);
  * out_counts: writable int64 [F * B] (values found, of whatever kind).
- * flats: tuple of F bytearrays (float32/int64 values, or int64 (start,
+ * flats: tuple of F writable buffers (float32/int64 values, or int64 (start,
  * end) pairs for bytes features) or None for fixed columns. Parsing stops at
  * the first record that is not a valid Example: error_index (else -1) and a
  * reason code EX_*. Negative codes are not record errors: -1 a record outside
@@ -1133,7 +1237,18 @@ py_parse_examples(PyObject *self, PyObject *args)
             o = Py_None;
             Py_INCREF(o);
         } else {
-            o = PyByteArray_FromStringAndSize((const char *)fs[i].vbuf, (Py_ssize_t)fs[i].vlen);
+            void *mem = fs[i].vbuf;
+            if (fs[i].vlen < fs[i].vcap) { /* give back what the last doubling left over */
+                void *shrunk = realloc(mem, fs[i].vlen ? fs[i].vlen : 1);
+                if (shrunk != NULL)
+                    mem = shrunk;
+            }
+            fs[i].vbuf = NULL; /* owned by the buffer object now */
+            if (mem == NULL && (mem = malloc(1)) == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            o = owned_buffer(mem, fs[i].vlen);
             if (o == NULL)
                 goto done;
         }
@@ -1266,5 +1381,7 @@ PyInit__core(void)
         crc_fn = crc_hw;
     }
 #endif
+    if (PyType_Ready(&OwnedBufferType) < 0)
+        return NULL;
     return PyModule_Create(&moduledef);
 }
