@@ -3,14 +3,15 @@
 Data: a TFRecord file of N variable-length Examples {x: 32 floats, label:
 int64 0..999, ids: Int64List of 0..20 values, tag: a short BytesList}.
 
-* framing + CRC (records/s): ``scan_tfrecords`` of the native core and of its
-  Python twin, and the Python framing loop TFRecordReader used before the
-  native core (copied below as the baseline), each over the file cut into
-  the reader's 4 MiB blocks;
+* framing + CRC (records/s): ``scan_tfrecords`` of the native core (in one
+  and two threads) and of its Python twin, and the Python framing loop
+  TFRecordReader used before the native core (copied below as the baseline),
+  each over the file cut into the reader's 4 MiB blocks;
 * TFRecordReader.read_block over the file with each core's framing;
-* Example parsing (records/s): ``parse_examples`` (native; twin on a sample)
-  into the four columns, beside ``feedq.parse_example`` as it is today on the
-  reader's blocks (FixedLenFeature x, label; VarLenFeature ids, tag).
+* Example parsing (records/s), block by block: ``parse_examples`` (native, in
+  one and two threads; the twin on one block) into the four columns, beside
+  ``feedq.parse_example`` as it is today on the reader's blocks
+  (FixedLenFeature x, label; VarLenFeature ids, tag).
 
 Rates are medians of ``--repeats`` runs after one warm-up, in wall-clock and
 in CPU time of this process (steadier on a shared machine); all baselines are
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -296,7 +298,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--path", type=Path, help="reuse/keep the data file here")
     ap.add_argument("--slow-cap", type=int, default=200_000,
-                    help="records given to the slow baselines (twin parser: a tenth of it)")
+                    help="records given to parse_example today (the twin parser gets one block)")
     args = ap.parse_args()
     header("feedq._native kernels, variable-length Examples")
     print(f"# core in use: {nat.CORE}; native built: {nat.NATIVE is not None}"
@@ -318,46 +320,59 @@ def main() -> None:
         print(f"# {N} records, {len(data) / 1e6:.1f} MB, record length {int(lens.min())}..{int(lens.max())} "
               f"(mean {lens.mean():.0f}), {len(blocks)} blocks of <= 4 MiB; {args.repeats} repeats")
 
+        scans = [native.scan_tfrecords(b) for b in blocks]
+        pool = ThreadPoolExecutor(2, thread_name_prefix="feedq-bench")
+
         def frame_with(k: nat.Kernels) -> Callable[[], None]:
             def run() -> None:
-                got = sum(len(k.scan_tfrecords(b).starts) for b in blocks)
-                assert got == N
+                assert sum(len(k.scan_tfrecords(b).starts) for b in blocks) == N
             return run
+
+        def frame_2threads() -> None:
+            assert sum(pool.map(lambda b: len(native.scan_tfrecords(b).starts), blocks)) == N
 
         def frame_old() -> None:
             assert sum(old_framing(b) for b in blocks) == N
 
         rows = []
         for name, body in (("native scan_tfrecords", frame_with(native)),
+                           ("native scan_tfrecords, 2 threads", frame_2threads),
                            ("Python twin scan_tfrecords", frame_with(pure)),
                            ("old Python framing loop (before)", frame_old)):
             w, c, all_w = rates(N, body, args.repeats)
             rows.append((name, fmt(w), fmt(c), " ".join(f"{x / 1e6:.2f}" for x in all_w)))
-        import feedq._native as nat_mod
-
         for name, k in (("native", native), ("twin", pure)):
-            saved = nat_mod.scan_tfrecords
-            nat_mod.scan_tfrecords = k.scan_tfrecords
+            saved = nat.scan_tfrecords
+            nat.scan_tfrecords = k.scan_tfrecords  # what TFRecordReader calls
             try:
                 w, c, all_w = rates(N, lambda: read_file(path), args.repeats)
             finally:
-                nat_mod.scan_tfrecords = saved
+                nat.scan_tfrecords = saved
             rows.append((f"TFRecordReader.read_block, {name} framing", fmt(w), fmt(c),
                          " ".join(f"{x / 1e6:.2f}" for x in all_w)))
-        print("\n## framing + CRC (records/s)\n")
+        print("\n## framing + CRC, per 4 MiB block (records/s)\n")
         print(table(rows, ["method", "median wall", "median CPU", "wall runs (M/s)"]))
 
         # --------------------------------------------------------------- parsing
-        starts, lengths = scan.starts + 12, scan.lengths
         cap = min(N, args.slow_cap)
-        tcap = max(1, cap // 10)
-        res = native.parse_examples(data, starts, lengths, FEATURES)
+        res = native.parse_examples(data, scan.starts + 12, scan.lengths, FEATURES)
         assert res.error_index == -1
-        recs = [data[s : s + n] for s, n in zip(starts[:cap].tolist(), lengths[:cap].tolist())]
+        recs = [data[s + 12 : s + 12 + n] for s, n in zip(scan.starts[:cap].tolist(), scan.lengths[:cap].tolist())]
         want = parse_example(recs, PARSE_SPEC)  # today's results agree with the kernel's
         assert want["x"].tobytes() == res.values[0][:cap].tobytes()
-        assert want["ids"].values.tolist() == res.values[2][: int(res.splits[2][cap])].tolist()
-        # parse_example as the pipeline calls it: on the reader's blocks
+        assert want["ids"].values.tolist() == res.values[2][: int(res.splits[2][cap])].tolist()  # type: ignore[index]
+
+        def parse_blocks(k: nat.Kernels, upto: int) -> Callable[[], None]:
+            def run() -> None:
+                for b, sc in zip(blocks[:upto], scans[:upto]):
+                    k.parse_examples(b, sc.starts + 12, sc.lengths, FEATURES)
+            return run
+
+        def parse_2threads() -> None:
+            list(pool.map(lambda bs: native.parse_examples(bs[0], bs[1].starts + 12, bs[1].lengths, FEATURES),
+                          zip(blocks, scans)))
+
+        # parse_example as the pipeline calls it today: on the reader's blocks
         rb: list[Any] = []
         read_file(path, lambda b: rb.append(b) if sum(len(x) for x in rb) < cap else None)
 
@@ -366,15 +381,20 @@ def main() -> None:
                 parse_example(b, PARSE_SPEC)
 
         n_today = sum(len(b) for b in rb)
+        twin_blocks = 1
+        n_twin = len(scans[0].starts)
         rows = []
-        w, c, all_w = rates(N, lambda: native.parse_examples(data, starts, lengths, FEATURES), args.repeats)
-        rows.append(("native parse_examples", N, fmt(w), fmt(c), " ".join(f"{x / 1e6:.2f}" for x in all_w)))
-        w, c, all_w = rates(tcap, lambda: pure.parse_examples(data, starts[:tcap], lengths[:tcap], FEATURES), args.repeats)
-        rows.append(("Python twin parse_examples", tcap, fmt(w), fmt(c), " ".join(f"{x / 1e6:.3f}" for x in all_w)))
-        w, c, all_w = rates(n_today, parse_today, args.repeats)
-        rows.append(("feedq.parse_example today (blocks)", n_today, fmt(w), fmt(c),
-                     " ".join(f"{x / 1e6:.3f}" for x in all_w)))
-        print("\n## Example parsing into x[32] f32, label i64, ids var i64, tag var bytes (records/s)\n")
+        for name, units, body in (
+            ("native parse_examples", N, parse_blocks(native, len(blocks))),
+            ("native parse_examples, 2 threads", N, parse_2threads),
+            ("Python twin parse_examples", n_twin, parse_blocks(pure, twin_blocks)),
+            ("feedq.parse_example today", n_today, parse_today),
+        ):
+            w, c, all_w = rates(units, body, args.repeats)
+            rows.append((name, units, fmt(w), fmt(c), " ".join(f"{x / 1e6:.3f}" for x in all_w)))
+        pool.shutdown()
+        print("\n## Example parsing per 4 MiB block into x[32] f32, label i64, ids var i64, "
+              "tag var bytes (records/s)\n")
         print(table(rows, ["method", "records", "median wall", "median CPU", "wall runs (M/s)"]))
         if args.path is None:
             path.unlink()

@@ -986,7 +986,7 @@ emit_list(int kind, const uint8_t *s, const uint8_t *se, uint8_t *dst, int64_t *
             }
             if (j + (int64_t)cnt > count)
                 return EX_TRUNCATED;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if (defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) || defined(_WIN32)
             memcpy(dst + 4 * j, s, 4 * cnt);
 #else
             for (size_t t = 0; t < cnt; t++) {
