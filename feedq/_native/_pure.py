@@ -1,9 +1,10 @@
 """The pure-Python twin of ``feedq._native._core``.
 
-Same low-level functions, same arguments, same results and reason codes --
-the C code transliterated, one record at a time. It is the fallback when the
-extension is not built (or ``FEEDQ_PURE_PYTHON=1``) and the reference the
-differential tests hold the C code to. Slow by design where it has to be;
+Same low-level functions, same arguments, same results and reason codes.
+Example parsing is the C code transliterated, one record at a time; framing
+finds the same records in bulk with NumPy (as the reader did before the
+native core). It is the fallback when the extension is not built (or
+``FEEDQ_PURE_PYTHON=1``) and what the differential tests hold the C code to. Slow by design where it has to be;
 checksums use the C-backed ``crc32c`` package when it is installed (the same
 function as :func:`crc32c_table`, checked by the tests).
 
