@@ -60,3 +60,12 @@ def test_the_twin_imports_nothing_from_feedq() -> None:
     for name in ("_pure", "_api"):
         src = (ROOT / "feedq" / "_native" / f"{name}.py").read_text()
         assert not re.search(r"^\s*(from|import) feedq\b", src, re.MULTILINE), name
+
+
+def test_version_names_the_active_core() -> None:
+    for env_value, want in (("1", "python"), ("0", None)):
+        env = dict(os.environ, FEEDQ_PURE_PYTHON=env_value)
+        out = subprocess.run([sys.executable, "-m", "feedq", "--version"], env=env,
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        expected = want or nat.CORE
+        assert out.strip().endswith(f"(core: {expected})"), out
