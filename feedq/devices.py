@@ -28,7 +28,6 @@ from feedq._devices.adapters import (
     to_cupy,
     to_torch,
 )
-from feedq._devices.extras import MissingExtraError
 from feedq._devices.feeder import DeviceFeeder, FeederStatistics, ReplicaMode
 from feedq._devices.listing import DeviceInfo, DeviceListing, list_devices
 from feedq._devices.placement import (
@@ -43,6 +42,7 @@ from feedq._devices.placement import (
 )
 from feedq._devices.spec import DeviceSpec
 from feedq._devices.variables import Variable
+from feedq.errors import MissingExtraError  # defined there (readers raise it too)
 
 __all__ = [
     "DeviceConfig",

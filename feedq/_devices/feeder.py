@@ -35,6 +35,8 @@ from feedq.errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
+from feedq.pipeline import current_pipeline
+from feedq.queues import CancelToken
 
 from .engines import CudaEngine, HostEngine, Slot
 from .extras import require
@@ -46,6 +48,8 @@ from .targets import Targets
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+    from feedq.coordinator import Coordinator
 
 __all__ = ["DeviceFeeder", "FeederStatistics", "ReplicaMode"]
 
@@ -174,6 +178,17 @@ class DeviceFeeder:
     One consumer thread at a time. Errors from the source reach the consumer
     after the batches read before them. End of data ends iteration
     (:meth:`get` raises ``OutOfRangeError``).
+
+    Stopping: the feeder thread waits on a queue source with the feeder's own
+    :class:`~feedq.CancelToken` (no timeout, no polling). :meth:`close` fires
+    it, and so does a stop of the coordinator (``coord=``, by default the one
+    of the :class:`~feedq.Pipeline` current where the feeder is created; X5):
+    the blocked dequeue is withdrawn at once and the rows it had collected go
+    back to the front of the queue in order (T3), so nothing is lost. After a
+    coordinator stop the consumer gets the batches already read, then the
+    stop: the error the coordinator recorded (X3), or on a clean stop a
+    ``CancelledError``, which ends iteration quietly (as iterating a pipeline
+    stage does). The feeder does not restart after ``coord.clear_stop()``.
     """
 
     def __init__(
@@ -190,6 +205,7 @@ class DeviceFeeder:
         staging: bool | None = None,
         config: DeviceConfig | None = None,
         name: str | None = None,
+        coord: Coordinator | None = None,
     ) -> None:
         """Creates the feeder and places its targets; the thread starts on first use.
 
@@ -208,6 +224,8 @@ class DeviceFeeder:
                 stages exactly when a target is a GPU.
             config: placement options; defaults to the installed config.
             name: for the thread name, placement log and errors.
+            coord: a coordinator whose stop stops the feeder (see above);
+                ``None``: the coordinator of the current pipeline, if any.
 
         Raises:
             InvalidArgumentError: a target cannot be placed (no soft placement),
@@ -260,7 +278,13 @@ class DeviceFeeder:
         self._items: deque[Any] = deque()  # guarded by self._mutex
         self._buffered = 0  # _Items in self._items; guarded by self._mutex
         self._state = _State.CREATED  # guarded by self._mutex
+        # Set by close(): the feeder thread hands nothing more to the consumer.
         self._stop = threading.Event()
+        # Fired by close() and by a coordinator stop; the feeder thread's
+        # blocking source calls wait with it (one-shot, like the feeder).
+        self._cancel = CancelToken()
+        # What a clean coordinator stop makes get() raise; __next__ recognises it.
+        self._clean_stop = CancelledError(f"{self.name}: the pipeline was stopped")
         self._thread: threading.Thread | None = None
         self._batches_read = 0  # written by the feeder thread only
         self._slot_waits = 0  # written by the feeder thread only
@@ -273,6 +297,13 @@ class DeviceFeeder:
         self._consumer_lock = threading.Lock()
         # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown.
         _scope.register_closeable(self)
+        if coord is None:
+            pipe = current_pipeline()
+            coord = None if pipe is None else pipe.coord
+        self._coord = coord
+        if coord is not None:
+            # Runs now if the coordinator is already stopped; close() removes it.
+            coord.add_stop_callback(self._on_coord_stop)
 
     # -- placement ---------------------------------------------------------
 
@@ -346,6 +377,11 @@ class DeviceFeeder:
             self._stop.set()
             self._not_empty.notify_all()
             self._not_full.notify_all()
+        # Outside the mutex: firing wakes the queue's waiter under the queue's lock.
+        # A dequeue it cancels puts its rows back; the thread then sees _stop.
+        self._cancel.fire(CancelledError(f"{self.name}: feeder is closed"))
+        if self._coord is not None:
+            self._coord.remove_stop_callback(self._on_coord_stop)
         deadline = time.monotonic() + timeout
         alive = []
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -358,6 +394,10 @@ class DeviceFeeder:
         if alive:
             logger.warning("%s: thread(s) %s did not stop within %.1fs", self.name,
                            ", ".join(alive), timeout)
+
+    def _on_coord_stop(self, cause: BaseException | None) -> None:
+        """Coordinator stop callback: cancel the feeder thread's wait (never blocks)."""
+        self._cancel.fire(self._clean_stop if cause is None else cause)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -387,6 +427,10 @@ class DeviceFeeder:
             return self.get()
         except OutOfRangeError:
             raise StopIteration from None
+        except CancelledError as exc:
+            if exc is self._clean_stop:
+                raise StopIteration from None  # a clean stop of the pipeline
+            raise
 
     def get(self, timeout: float | None = None) -> Any:
         """The next item (see the class docstring for its form per mode).
@@ -399,8 +443,10 @@ class DeviceFeeder:
         Raises:
             OutOfRangeError: the source is exhausted.
             DeadlineExceededError: nothing arrived within ``timeout``; nothing is lost.
-            CancelledError: the feeder was closed.
-            Exception: whatever the source raised, after the batches before it.
+            CancelledError: the feeder was closed, or the coordinator stopped
+                cleanly (after the batches read before the stop).
+            Exception: whatever the source raised, or the error a coordinator
+                stop recorded, after the batches read before it.
         """
         wait = resolve_timeout(timeout)
         deadline = None if wait is None else time.monotonic() + wait
@@ -506,8 +552,8 @@ class DeviceFeeder:
         """The next batch's components, in ``slot`` when given; None at the end."""
         structure = self._structure
         if self._source.queue is not None and structure is not None:
-            return self._source.read_queue(structure, slot, self._engine, self._stop)
-        more, batch = self._source.next_item()
+            return self._source.read_queue(structure, slot, self._engine, self._cancel)
+        more, batch = self._source.next_item(self._cancel)
         if not more:
             return None
         where = f"{self.name}: batch {self._batches_read}"
@@ -552,6 +598,21 @@ class DeviceFeeder:
             events = slot.events = self._engine.record()
         return _Item(deliveries, events, rows)
 
+    def _stop_error(self, exc: BaseException) -> BaseException:
+        """What the consumer gets for ``exc``, raised by the source.
+
+        After a coordinator stop, a ``CancelledError`` from a queue that the
+        stop cancelled before it fired our token (a runner's queue) becomes the
+        stop itself, so the consumer sees the same error either way.
+        """
+        if not isinstance(exc, CancelledError) or self._coord is None:
+            return exc
+        if self._coord.should_stop():
+            # Already stopped: this runs _on_coord_stop now, here, if its own
+            # call has not fired the token yet (fire() is idempotent).
+            self._coord.add_stop_callback(self._on_coord_stop)
+        return self._cancel.error() if self._cancel.fired else exc
+
     def _run(self) -> None:
         try:
             if self._staged:
@@ -582,7 +643,7 @@ class DeviceFeeder:
                 if not self._put(item):
                     return
         except BaseException as exc:  # noqa: BLE001 - every error must reach the consumer
-            self._put(exc)
+            self._put(self._stop_error(exc))
         finally:
             # No more copies will be issued; the copy thread (if any) finishes the
             # scheduled ones and stops, so a feeder read to its end leaves no thread.
