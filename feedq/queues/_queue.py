@@ -584,8 +584,6 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             if cancel_pending_enqueues:
                 self._cancel_producers("Enqueue operation was cancelled")
             self._flush()
-            self._producer_done.notify_all()
-            self._consumer_done.notify_all()
 
     def cancel(self, cause: BaseException | None = None) -> None:
         """Close the queue and cancel every call that waits on it.
@@ -612,8 +610,6 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 self._state = QueueState.CLOSING
             self._cancel_producers("Enqueue operation was cancelled")
             self._flush()
-            self._producer_done.notify_all()
-            self._consumer_done.notify_all()
 
     def is_closed(self) -> bool:
         """True once :meth:`close` or :meth:`cancel` was called."""
