@@ -346,7 +346,11 @@ def test_clients_that_exit_right_after_a_dequeue_duplicate_nothing(dist: Dist) -
         out, err = _finish(p)
         assert p.returncode == 0, err[-2000:]
         consumed += [int(v) for v in out.strip().splitlines()[-1].strip("[]").split(",")]
-    time.sleep(3.5)  # past the client timeout: an unacknowledged delivery would be back now
+    # Every delivery was acknowledged before it was handed out: the server
+    # holds none in flight, so none can come back later (after the client
+    # timeout) as a duplicate.
+    _wait(lambda: dist.cluster.servers["/job:ps/task:0"].info()["inflight"] == 0, 10,
+          "the server to hold no unacknowledged delivery")
     left = q.size()
     rest = q.dequeue_many(left, timeout=5).tolist() if left else []
     assert sorted(consumed + rest) == list(range(n * 4))  # each once: no duplicate, no loss
@@ -361,21 +365,25 @@ def test_a_paused_server_duplicates_and_loses_nothing(dist: Dist) -> None:
     q.enqueue_many(np.arange(total))
     pid = dist.cluster.servers[task].info()["pid"]
     got: list[int] = []
+    failed: list[BaseException] = []
     stop = threading.Event()
 
     def consume() -> None:
         while not stop.is_set():
             try:
                 got.extend(q.dequeue_many(4, timeout=1).tolist())
-            except (UnavailableError, DeadlineExceededError, fd_errors.CancelledError):
+            except (UnavailableError, DeadlineExceededError, fd_errors.CancelledError) as exc:
+                failed.append(exc)
                 time.sleep(0.05)
 
     t = threading.Thread(target=consume, name="consumer-of-paused-server")
     t.start()
     try:
         _wait(lambda: len(got) > 40, 20, "the consumer to start")
+        before = len(failed)
         os.kill(pid, signal.SIGSTOP)
-        time.sleep(4.0)
+        # Paused until the client gave up on it: past the client timeout.
+        _wait(lambda: len(failed) > before, 20, "the consumer to give up on the paused server")
         os.kill(pid, signal.SIGCONT)
         _wait(lambda: len(got) > 0 and q.size() == 0, 40, "the queue to drain")
     finally:

@@ -247,6 +247,11 @@ class RayTransport:
         with self._lock:
             self._waiting.setdefault(task, set()).add(wake)
         unsubscribe = None if cancel is None else cancel.on_fire(wake.set)
+        # Silence is judged from the first wake on: a call made just as a
+        # paused server resumes gets its reply (or the heartbeat thread's
+        # verdict, within HEARTBEAT_INTERVAL) instead of failing at once on
+        # a heartbeat answer still on its way.
+        judge_silence = False
         try:
             while True:
                 wake.clear()  # before the checks: a wake from now on is not lost
@@ -254,9 +259,13 @@ class RayTransport:
                     return "done", self._ray.get(ref)
                 if cancel is not None and cancel.fired:
                     return "cancelled", None
-                reason = self._dead_reason(task) if dead_only else self.unavailable(task)
+                if dead_only or not judge_silence:
+                    reason = self._dead_reason(task)
+                else:
+                    reason = self.unavailable(task)
                 if reason is not None:
                     return "down", reason
+                judge_silence = True
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return "late", None
