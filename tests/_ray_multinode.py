@@ -128,6 +128,16 @@ def wait_for(pred: Any, timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
+def listening_beyond_loopback() -> list[str]:
+    """Addresses beyond loopback that this process or its descendants listen on."""
+    import psutil
+
+    mine = {p.pid for p in psutil.Process().children(recursive=True)} | {os.getpid()}
+    return sorted(f"{c.laddr.ip}:{c.laddr.port}" for c in psutil.net_connections("inet")
+                  if c.status == psutil.CONN_LISTEN and c.pid in mine
+                  and not (c.laddr.ip.startswith("127.") or c.laddr.ip in ("::1", "::ffff:127.0.0.1")))
+
+
 def descends_from(pid: int, ancestor: int) -> bool:
     import psutil
 
@@ -167,6 +177,7 @@ def main() -> dict[str, Any]:
         report["driver_node_is_head"] = ray.get_runtime_context().get_node_id() == \
             cluster.head_node.node_id
         report["setup_s"] = time.monotonic() - t0
+        report["listening_beyond_loopback"] = listening_beyond_loopback()
 
         sides = {PS0: Side(fd.FIFOQueue(64, np.int64, shapes=[[]], shared_name="qa", task=PS0), 0),
                  PS1: Side(fd.FIFOQueue(64, np.int64, shapes=[[]], shared_name="qb", task=PS1),

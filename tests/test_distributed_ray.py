@@ -498,6 +498,7 @@ def test_multi_node_kill_reports_lost_elements_and_loses_no_other(tmp_path: Path
     r = json.loads(out.strip().splitlines()[-1])
     print("multi-node:", json.dumps({k: v for k, v in r.items() if k not in ("a", "b")}))
     assert r["servers_on_their_nodes"] and r["driver_node_is_head"]
+    assert r["listening_beyond_loopback"] == []
     # The killed node's callers: all ended, each with UnavailableError naming its task, in < 5 s.
     assert r["hung_a"] == [] and r["hung_b"] == []
     assert len(r["errors_a"]) == 4  # 2 producers + 2 consumers
