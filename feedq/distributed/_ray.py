@@ -217,7 +217,7 @@ class _TaskServer:
     async def stop(self) -> None:
         self._host.stop()
 
-    async def wait_stopped(self, timeout: float) -> bool:
+    async def wait_stopped(self, timeout: float | None) -> bool:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._host.wait_stopped, timeout)
 
