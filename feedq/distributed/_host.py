@@ -283,12 +283,12 @@ class Host:
             args = (decode(args[0]), *args[1:])
         if client is not None:
             self._ledger.seen(client)
+        have = self._resources.kind_of(key)
         res = self._resources.get(key)
-        if res is None:
+        if res is None or have is None:
             raise NotFoundError(
                 f"Resource {key[0] or 'localhost'}/{key[1]} does not exist on {self.task}"
             )
-        have = self._resources.kind_of(key)
         if have != rkind:
             raise InvalidArgumentError(
                 f"Shared resource '{key[1]}' is a {have} but a {rkind} was requested")
