@@ -737,6 +737,27 @@ def test_host_puts_back_a_padded_batch_of_a_dead_client_exactly() -> None:
             for _ in range(3)] == [[1, 2, 3], [4], [5, 6]]
 
 
+def test_host_container_kind_clashes_and_reset() -> None:
+    """One (container, shared_name) holds one resource of one kind: opening
+    or calling it as another kind names both kinds; reset drops a container."""
+    from feedq.distributed._host import Host
+
+    host = Host(fd.TaskName("ps", 0), clock=FakeClock())
+    host.open("variable", ("", "x"), {"initial_value": 1.0})
+    spec = {"kind": "FIFOQueue", "kwargs": {"capacity": 1, "dtypes": np.int64}}
+    with pytest.raises(InvalidArgumentError,
+                       match=r"^Shared resource 'x' is a variable but a queue was requested$"):
+        host.open("queue", ("", "x"), spec)
+    with pytest.raises(InvalidArgumentError,
+                       match=r"^Shared resource 'x' is a variable but a queue was requested$"):
+        host.call("queue", ("", "x"), "size", (), {})
+    host.open("queue", ("c", "x"), spec)  # another container: another resource
+    assert host.info()["resources"] == ["/x", "c/x"]
+    assert host.reset(["c"]) == 1 and host.info()["resources"] == ["/x"]
+    with pytest.raises(NotFoundError, match=r"^Resource c/x does not exist on /job:ps/task:0$"):
+        host.call("queue", ("c", "x"), "size", (), {})
+
+
 def test_host_inline_attempts_do_nothing_when_they_would_wait() -> None:
     """The Ray actor's inline try: a call that would have to wait raises
     WouldBlock having inserted and taken nothing; a batch call is never tried
