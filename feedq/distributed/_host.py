@@ -309,9 +309,10 @@ class Host:
         try:
             result, back = self._dispatch(rkind, res, key, op, args, kwargs, token, keep)
         except BaseException as exc:
-            if call_id is not None:
-                self._ledger.finish(call_id)
+            abandoned = None if call_id is None else self._ledger.finish(call_id)
             if inline and isinstance(exc, DeadlineExceededError):
+                if abandoned is not None:
+                    raise abandoned from None  # aborted meanwhile: no retry in a thread
                 raise WouldBlock(op) from None
             if isinstance(exc, CancelledError) and token is not None and token.fired:
                 raise token.error() from None
