@@ -25,19 +25,12 @@ import numpy as np
 
 from feedq import _native
 from feedq.errors import DataLossError, NotFoundError
-from feedq.readers._base import (
-    DEFAULT_BLOCK_BYTES,
-    OnError,
-    ReaderBase,
-    RecordBlock,
-    _Buffer,
-    _data_loss,
-    _empty_block,
-    _open_stream_at,
-    _SkipFile,
-)
+from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase
+from feedq.readers._block import RecordBlock, _empty_block
+from feedq.readers._buffer import _Buffer, _open_stream_at
 from feedq.readers._crc import crc32c_function, masked_crc32c
 from feedq.readers._io import normalize_compression, zstd_module
+from feedq.readers._skip import _data_loss, _SkipFile
 
 if TYPE_CHECKING:
     from typing_extensions import Self
