@@ -10,9 +10,10 @@ package ``feedq._devices``, one idea per module:
 * tensors (``tensors``, ``variables``): inside ``feedq.device(...)`` the
   tensors, parameters and modules PyTorch creates land on the chosen device;
   :func:`Variable`, TF1's variable as a named ``torch.nn.Parameter``;
-* feeding (``feeder``, ``source``, ``structure``, ``targets``, ``engines``):
-  :class:`DeviceFeeder`, pinned staging, asynchronous copies, replicas in
-  ``split`` / ``round_robin`` / ``broadcast`` mode, per-component device maps;
+* feeding (``feeder``, ``feeder_thread``, ``handoff``, ``source``, ``structure``,
+  ``targets``, ``engines``): :class:`DeviceFeeder`, pinned staging,
+  asynchronous copies, replicas in ``split`` / ``round_robin`` /
+  ``broadcast`` mode, per-component device maps;
 * adapters (``adapters``, ``extras``): torch ``IterableDataset``,
   ``tf.data.Dataset``, CuPy; late imports of the optional libraries.
 

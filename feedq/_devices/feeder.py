@@ -11,12 +11,16 @@ An iterable's batches and a padding queue's (whose shapes change from batch
 to batch) are copied into the slot instead: the one host copy there too.
 On a host-only placement nothing is staged: the batch the queue (or the
 iterable) produced is the batch the consumer gets.
+
+Where things live: this module holds :class:`DeviceFeeder`'s set-up,
+placement, life cycle and consumer side; ``feeder_thread`` the loop its
+thread runs (``_FeederThread``, a base class of DeviceFeeder); ``handoff``
+what passes between the two (items, the end marker, the state) and
+:class:`FeederStatistics` (re-exported here).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import itertools
 import logging
 import threading
@@ -40,10 +44,12 @@ from feedq.queues import CancelToken
 
 from .engines import CudaEngine, HostEngine, Slot
 from .extras import require
+from .feeder_thread import _JOIN_S, _FeederThread
+from .handoff import _END, FeederStatistics, _Item, _State
 from .placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
-from .source import BatchSource, stage
+from .source import BatchSource
 from .spec import DeviceLike
-from .structure import Structure, split_bounds
+from .structure import Structure
 from .targets import Targets
 
 if TYPE_CHECKING:
@@ -59,69 +65,10 @@ ReplicaMode = Literal["split", "round_robin", "broadcast"]
 _MODES = ("split", "round_robin", "broadcast")
 _OUTPUTS = ("numpy", "torch", "cupy")
 
-# How long close() waits for the feeder and copy threads to stop.
-_JOIN_S = 5.0
-
 _ids = itertools.count(1)
 
 
-# ---------------------------------------------------------------------------
-# Statistics and state
-
-
-class _State(enum.Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    #: the source ended or failed; what is buffered can still be read
-    FINISHED = "finished"
-    CLOSED = "closed"
-
-
-@dataclasses.dataclass(frozen=True)
-class FeederStatistics:
-    """A snapshot of a :class:`DeviceFeeder`.
-
-    Attributes:
-        state: ``"created"``, ``"running"``, ``"finished"`` or ``"closed"``.
-        staged: True when batches go through staging slots and a copy engine.
-        prefetch: most batches buffered for the consumer.
-        buffered: batches buffered now (copied or being copied).
-        slots: staging slots (0 when not staged).
-        batches_read: batches taken from the source.
-        batches_delivered: items returned to the consumer.
-        rows_delivered: rows returned, counted once per row of the source
-            (a broadcast row reaching N replicas counts once).
-        slot_waits: times the feeder thread had to wait for a slot's copies.
-        waiting_for_slot: True while the feeder thread waits for a slot.
-        waiting_for_room: True while the feeder thread waits for the consumer.
-        waiting_consumers: consumers blocked in :meth:`DeviceFeeder.get`.
-    """
-
-    state: str
-    staged: bool
-    prefetch: int
-    buffered: int
-    slots: int
-    batches_read: int
-    batches_delivered: int
-    rows_delivered: int
-    slot_waits: int
-    waiting_for_slot: bool
-    waiting_for_room: bool
-    waiting_consumers: int
-
-
-@dataclasses.dataclass
-class _Item:
-    deliveries: list[tuple[int, list[Any]]]  # (replica, per-component arrays)
-    events: list[Any]
-    rows: int
-
-
-_END = object()
-
-
-class DeviceFeeder:
+class DeviceFeeder(_FeederThread):
     """Feeds batches from a queue or an iterable to one device or to model replicas.
 
     The source is a feedq queue (with ``batch_size``: each batch is one
@@ -527,125 +474,7 @@ class DeviceFeeder:
             return batches[0]
         return [b for _, b in batches]
 
-    # -- feeder thread -----------------------------------------------------
-
-    def _put(self, item: Any) -> bool:
-        """Hands an item to the consumer; False when closed meanwhile."""
-        with self._mutex:
-            self._waiting_for_room = True
-            try:
-                while self._buffered >= self._prefetch and not self._stop.is_set():
-                    self._not_full.wait()
-            finally:
-                self._waiting_for_room = False
-            if self._stop.is_set():
-                return False
-            self._items.append(item)
-            if isinstance(item, _Item):
-                self._buffered += 1
-            if not isinstance(item, _Item) and self._state is _State.RUNNING:
-                self._state = _State.FINISHED
-            self._not_empty.notify()
-            return True
-
-    def _read(self, slot: Slot | None) -> list[np.ndarray[Any, Any]] | None:
-        """The next batch's components, in ``slot`` when given; None at the end."""
-        structure = self._structure
-        if self._source.queue is not None and structure is not None:
-            return self._source.read_queue(structure, slot, self._engine, self._cancel)
-        more, batch = self._source.next_item(self._cancel)
-        if not more:
-            return None
-        where = f"{self.name}: batch {self._batches_read}"
-        if structure is None:
-            structure = Structure.of(batch)
-            arrays = structure.flatten(batch, where)
-            self._setup(structure, [a.dtype for a in arrays])
-            if self._slots:
-                slot = self._slots[0]  # the slots were made just now
-        else:
-            arrays = structure.flatten(batch, where)
-        return arrays if slot is None else stage(arrays, slot, self._engine)
-
-    def _deliver(self, comps: list[np.ndarray[Any, Any]], slot: Slot | None,
-                 index: int) -> _Item:
-        rows = int(comps[0].shape[0])
-        n = len(self._placements)
-        if self._mode is None:
-            plan = [(0, 0, rows)]
-        elif self._mode == "split":
-            plan = [(r, a, b) for r, (a, b) in enumerate(split_bounds(rows, n))]
-        elif self._mode == "broadcast":
-            plan = [(r, 0, rows) for r in range(n)]
-        else:
-            plan = [(index % n, 0, rows)]
-        host_engine = isinstance(self._engine, HostEngine)
-        deliveries = []
-        for r, a, b in plan:
-            out = []
-            for c, comp in enumerate(comps):
-                if slot is None:
-                    out.append(comp if (a, b) == (0, rows) else comp[a:b])
-                elif self._placements[r][c].is_gpu or host_engine:
-                    out.append(self._engine.copy(slot, c, a, b,
-                                                 self._placements[r][c].torch_device))
-                else:
-                    # A host component of a CUDA-staged feeder: the slot will be reused.
-                    out.append(comp[a:b].copy())
-            deliveries.append((r, out))
-        events: list[Any] = []
-        if slot is not None:
-            events = slot.events = self._engine.record()
-        return _Item(deliveries, events, rows)
-
-    def _stop_error(self, exc: BaseException) -> BaseException:
-        """What the consumer gets for ``exc``, raised by the source.
-
-        After a coordinator stop, a ``CancelledError`` from a queue that the
-        stop cancelled before it fired our token (a runner's queue) becomes the
-        stop itself, so the consumer sees the same error either way.
-        """
-        if not isinstance(exc, CancelledError) or self._coord is None:
-            return exc
-        if self._coord.should_stop():
-            # Already stopped: this runs _on_coord_stop now, here, if its own
-            # call has not fired the token yet (fire() is idempotent).
-            self._coord.add_stop_callback(self._on_coord_stop)
-        return self._cancel.error() if self._cancel.fired else exc
-
-    def _run(self) -> None:
-        try:
-            if self._staged:
-                self._engine = (CudaEngine(self.name, self._targets.gpus) if self._targets.gpus
-                                else HostEngine(f"feedq-feeder-{self.name}"))
-                self._engine.thread_init()
-            index = 0
-            while not self._stop.is_set():
-                slot = self._slots[index % len(self._slots)] if self._slots else None
-                if slot is not None and slot.events:
-                    # Refill only once the copies out of this slot are done.
-                    self._waiting_for_slot = True
-                    if not self._engine.done(slot.events):
-                        self._slot_waits += 1
-                    self._engine.wait(slot.events, None)
-                    self._waiting_for_slot = False
-                    slot.events = []
-                comps = self._read(slot)
-                if comps is None:
-                    if not self._stop.is_set():
-                        self._put(_END)
-                    return
-                if slot is None and self._slots:
-                    slot = self._slots[0]  # an iterable's first batch was staged in _read
-                item = self._deliver(comps, slot, index)
-                self._batches_read += 1
-                index += 1
-                if not self._put(item):
-                    return
-        except BaseException as exc:  # noqa: BLE001 - every error must reach the consumer
-            self._put(self._stop_error(exc))
-        finally:
-            # No more copies will be issued; the copy thread (if any) finishes the
-            # scheduled ones and stops, so a feeder read to its end leaves no thread.
-            if self._engine is not None:
-                self._engine.close(_JOIN_S)
+    def _new_engine(self) -> Any:
+        """The copy engine of a staged feeder, made in the feeder thread."""
+        return (CudaEngine(self.name, self._targets.gpus) if self._targets.gpus
+                else HostEngine(f"feedq-feeder-{self.name}"))
