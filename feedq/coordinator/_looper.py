@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -65,6 +66,11 @@ class LooperThread(threading.Thread):
         if target is None and (args or kwargs):
             raise ValueError("'args' and 'kwargs' argument require that you also pass 'target'")
         if timer_interval_secs is not None:
+            if isinstance(timer_interval_secs, (str, bytes, bool)) or not isinstance(
+                    timer_interval_secs, numbers.Real):
+                raise TypeError(
+                    f"timer_interval_secs must be a number of seconds or None, "
+                    f"got {timer_interval_secs!r}")
             timer_interval_secs = float(timer_interval_secs)
             if not (timer_interval_secs >= 0 and math.isfinite(timer_interval_secs)):
                 raise ValueError(
