@@ -1,7 +1,8 @@
 """The error contract of every ``feedq`` command (``feedq ...`` and
 ``python -m feedq.distributed``): an error prints as one line,
 ``feedq: error: <Type>: <message>``, with exit status 1, or as a traceback
-with ``--debug``; Ctrl-C prints ``feedq: interrupted`` and exits with 130.
+with ``--debug``; Ctrl-C prints ``feedq: interrupted`` and exits with 130;
+a closed stdout (``feedq inspect f | head``) ends the command quietly with 141.
 Bad command-line arguments stay click's usage errors (exit status 2).
 
 Commands that read data end their process with ``os._exit`` once their
@@ -66,6 +67,12 @@ def guard(fn: Callable[[], int | None], *, reads_data: bool = False) -> NoReturn
         except KeyboardInterrupt:
             click.echo("\nfeedq: interrupted", err=True)
             code = 130
+        except BrokenPipeError:
+            # The reader of stdout went away (`feedq inspect f | head`): nothing
+            # more can be shown and that is no error of the data; end quietly
+            # with a shell's status for SIGPIPE.
+            _silence_stdout()
+            code = 141
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except Exception as exc:
@@ -75,8 +82,23 @@ def guard(fn: Callable[[], int | None], *, reads_data: bool = False) -> NoReturn
             fail(f"{type(exc).__name__}: {text}".splitlines()[0])
     except SystemExit as exc:  # fail(), or sys.exit in the body
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    if reads_data and _program:
+    try:
         sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        code = code or 141
+    if reads_data and _program:
         sys.stderr.flush()
         os._exit(code or 0)
     sys.exit(code or 0)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that later flushes (ours, the
+    interpreter's at exit) do not fail again on a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (CliRunner)
+        pass

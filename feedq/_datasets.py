@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import struct
 import zlib
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "LAYOUTS",
     "detect_format",
     "encode_examples",
+    "is_stream",
     "make_dataset",
 ]
 
@@ -310,8 +312,22 @@ def make_dataset(
     return [str(t) for t in targets]
 
 
+def is_stream(path: str) -> bool:
+    """Whether ``path`` is a named pipe, a character device or a socket: data
+    that can be read only once (``mkfifo``, ``<(cmd)``, ``/dev/stdin``).
+    Regular files, ``/proc`` files included, can be read again."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
 def detect_format(path: str) -> tuple[str, str | None]:
     """Guess ``(format, compression)`` from the extension, then magic bytes.
+
+    A pipe or device (:func:`is_stream`) is told by its name only: reading
+    its first bytes would take them from the reader that comes after.
 
     Raises:
         ValueError: the format cannot be told; pass ``--format``.
@@ -328,9 +344,15 @@ def detect_format(path: str) -> tuple[str, str | None]:
         compression, name = "GZIP", name.rsplit(".", 1)[0]
     elif name.endswith((".zz", ".zlib")):
         compression, name = "ZLIB", name.rsplit(".", 1)[0]
+    elif name.endswith((".zst", ".zstd")):
+        compression, name = "ZSTD", name.rsplit(".", 1)[0]
     ext = os.path.splitext(name)[1]
     if ext in _EXT:
         return _EXT[ext], compression
+    if is_stream(path):
+        raise ValueError(f"{path} is a pipe or device: it can be read only once, so feedq does not "
+                         f"read its first bytes to tell the format; pass --format "
+                         f"({', '.join(FORMATS)}) and --compression")
     with open(p, "rb") as f:
         head = f.read(16)
     if head[:4] == b"PAR1":
@@ -339,6 +361,12 @@ def detect_format(path: str) -> tuple[str, str | None]:
         compression = "GZIP"
         with gzip.open(p, "rb") as g:
             head = g.read(16)
+    elif head[:4] == b"\x28\xb5\x2f\xfd":
+        from .readers._io import zstd_module
+
+        compression = "ZSTD"
+        with open(p, "rb") as f, zstd_module().ZstdDecompressor().stream_reader(f) as z:
+            head = z.read(16)
     if len(head) >= 12:
         length = head[:8]
         (crc,) = struct.unpack("<I", head[8:12])

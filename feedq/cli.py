@@ -20,16 +20,18 @@ from typing import Any, cast
 import click
 import numpy as np
 
-from . import __version__
+from . import __version__, _native
 from ._cliutil import CONTEXT, ProgramGroup, fail, guard, set_debug
-from ._datasets import FIXED_RECORD_BYTES, FORMATS, LAYOUTS, detect_format, make_dataset
+from ._datasets import FIXED_RECORD_BYTES, FORMATS, LAYOUTS, detect_format, is_stream, make_dataset
 from ._schema import DEFAULT_SAMPLE, OnError
 from .distributed.__main__ import cluster
 
 __all__ = ["main"]
 
-_COMPRESSIONS = click.Choice(["none", "gzip", "zlib"], case_sensitive=False)
-_COMPRESSION_HELP = "none, gzip or zlib (default: from the file name or its first bytes)."
+_MAKE_COMPRESSIONS = click.Choice(["none", "gzip", "zlib"], case_sensitive=False)
+_COMPRESSIONS = click.Choice(["none", "gzip", "zlib", "zstd"], case_sensitive=False)
+_COMPRESSION_HELP = ("none, gzip, zlib or zstd (zstd: pip install \"feedq[zstd]\"; default: from the file "
+                     "name or its first bytes).")
 _SAMPLE_HELP = "Records the schema is inferred from: the union of the first N readable ones."
 _ON_ERROR_HELP = ("skip: log (file:line) and count unreadable files, corrupt records and malformed "
                   "rows, and go on; raise: stop at the first with a one-line error.")
@@ -42,7 +44,9 @@ Examples:
   feedq bench data/
   feedq inspect data/part-00000.tfrecord
 """)
-@click.version_option(__version__, "--version", prog_name="feedq", help="Show the version and exit.")
+@click.version_option(__version__, "--version", prog_name="feedq",
+                      message=f"%(prog)s %(version)s (core: {_native.CORE})",
+                      help="Show the version and the active core (native or python), and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 def main(debug: bool) -> None:
     """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
@@ -76,7 +80,7 @@ Examples:
               help="Records in all, split evenly over the files.")
 @click.option("--files", type=click.IntRange(min=1), default=4, show_default=True,
               help="Files to write (part-00000.<ext>, ...).")
-@click.option("--compression", type=_COMPRESSIONS, default="none", show_default=True,
+@click.option("--compression", type=_MAKE_COMPRESSIONS, default="none", show_default=True,
               help="Compress each file (parquet: a Parquet codec).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Random seed: the same seed writes the same bytes.")
@@ -143,6 +147,7 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
         from ._inspect import inspect_file, render_text
 
         f, comp = _format_of([file], fmt, compression)
+        _refuse_streams([file], f)
         report = inspect_file(file, f, comp, record_bytes=record_bytes, sample=sample, head=head,
                               on_error=cast(OnError, on_error))
         if as_json:
@@ -161,7 +166,12 @@ def _format_of(paths: list[str], fmt: str | None, compression: str | None) -> tu
     comp_opt = None if compression is None else (None if compression.lower() == "none" else compression.upper())
     if fmt is not None:
         if compression is None:
-            _, comp_guess = detect_format(paths[0]) if fmt != "fixed" else (fmt, None)
+            if fmt == "fixed":
+                return fmt, None
+            try:  # the compression only: the format was given
+                _, comp_guess = detect_format(paths[0])
+            except ValueError:
+                comp_guess = None
             return fmt, comp_guess
         return fmt, comp_opt
     found = {detect_format(p) for p in paths}
@@ -169,6 +179,23 @@ def _format_of(paths: list[str], fmt: str | None, compression: str | None) -> tu
         raise click.UsageError(f"files of different formats: {sorted(found, key=str)}; pass --format")
     f, comp = found.pop()
     return f, comp_opt if compression is not None else comp
+
+
+def _refuse_streams(files: list[str], fmt: str, epochs: int = 1) -> None:
+    """A pipe or device can be read only once: refuse what would read it twice
+    (a schema inferred from its first records, more than one epoch) instead of
+    losing those records or waiting forever for a writer that has gone."""
+    streams = [p for p in files if is_stream(p)]
+    if not streams:
+        return
+    why = None
+    if fmt in ("csv", "tfrecord", "parquet"):
+        why = f"a {fmt} schema is inferred from its first records, which could not be read again after that"
+    elif epochs > 1:
+        why = "--epochs > 1 reads it again"
+    if why is not None:
+        raise click.UsageError(f"{streams[0]} is a pipe or device and can be read only once: {why}; "
+                               f"save it to a file first (--format lines and fixed read a pipe once)")
 
 
 def _print_table(result: Any, title: str) -> None:
@@ -261,6 +288,7 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
 
         files = _expand(list(paths))
         f, comp = _format_of(files, fmt, compression)
+        _refuse_streams(files, f, epochs)
         policy = cast(OnError, on_error)
         schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
         _check_device(device)

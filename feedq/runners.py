@@ -54,7 +54,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from .coordinator import Coordinator
 from .errors import CancelledError, FeedqError, OutOfRangeError
@@ -440,7 +440,11 @@ class QueueRunner:
 
 def _check_coord(coord: object) -> None:
     if coord is not None and not isinstance(coord, Coordinator):
-        raise TypeError(f"coord must be a feedq.Coordinator or None, got {coord!r}")
+        hint = ""
+        if hasattr(coord, "run"):  # a TF1 Session in coord's place
+            hint = (" (feedq has no sessions: TF1's start_queue_runners(sess, coord) is "
+                    "start_queue_runners(coord=coord) here)")
+        raise TypeError(f"coord must be a feedq.Coordinator or None, got {coord!r}{hint}")
 
 
 # -- collections ---------------------------------------------------------------------
@@ -487,8 +491,14 @@ def start_queue_runners(
     daemon: bool = True,
     start: bool = True,
     collection: str = QUEUE_RUNNERS,
+    *,
+    sess: Any = None,
 ) -> list[threading.Thread]:
     """Create threads for every runner in ``collection`` (QR12).
+
+    ``sess`` is accepted so that ported TF1 calls
+    (``start_queue_runners(sess=sess, coord=coord)``) run unchanged; feedq is
+    eager and has no session, so it is ignored.
 
     Note that ``daemon`` defaults to True here but False in
     :meth:`QueueRunner.create_threads`, as in TF1.

@@ -196,6 +196,31 @@ def test_other_task_is_not_this_process() -> None:
         torch.zeros(1)
 
 
+def test_other_task_without_a_device_type_is_not_this_process_either() -> None:
+    """tf.device("/job:ps/task:0") names a task, not a device type: a tensor
+    created in it cannot be placed here, as with "/job:ps/task:0/cpu:0"
+    (before, it silently went to PyTorch's default device, unlogged)."""
+    with device("/job:ps/task:0"), pytest.raises(
+            InvalidArgumentError, match=r"'/job:ps/task:0': /job:ps/task:0 is not this process"):
+        torch.zeros(1)
+    with device("/job:worker/task:3"), pytest.raises(InvalidArgumentError, match=r"not this process"):
+        Variable(1.0, name="w")
+
+
+def test_other_task_without_a_device_type_falls_back_softly_and_logs(
+        caplog: pytest.LogCaptureFixture) -> None:
+    set_device_config(DeviceConfig(allow_soft_placement=True))
+    with caplog.at_level(logging.INFO, logger="feedq.devices"), device("/job:ps/task:0"):
+        x = torch.zeros(1)
+    assert x.device.type == "cpu"
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", (f"tensor zeros float32[1]: {CPU} [cpu] (soft placement: /job:ps/task:0 "
+                     f"unavailable: /job:ps/task:0 is not this process "
+                     f"(/job:localhost/replica:0/task:0); placing on other tasks is "
+                     f"feedq.distributed's job)")),
+    ]
+
+
 # -- soft placement and the log ------------------------------------------------------
 
 

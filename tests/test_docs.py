@@ -247,3 +247,22 @@ def test_ci_runs_the_readme_test_command_with_lint_and_types() -> None:
     checks = lines[install + 1:test]
     assert "ruff check feedq tests benchmarks examples" in checks, checks
     assert "mypy" in checks, checks
+
+
+#: A folder of the repository named in prose: "feedq/queues/", "examples/distributed/".
+_REPO_DIR_RE = re.compile(r"(?<![\w./:-])((?:feedq|docs|tests|examples|benchmarks|\.ci)/(?:[\w-]+/)*)(?!\w)")
+
+
+def test_folders_named_in_docs_exist() -> None:
+    """design.md named `feedq/devices/`, a folder that never existed (the module
+    is feedq/devices.py with feedq/_devices/); the file checker above only
+    sees names with an extension."""
+    problems = []
+    for path in _files(PUBLISHED):
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for folder in _REPO_DIR_RE.findall(line):
+                if not (ROOT / folder).is_dir():
+                    problems.append(f"{path.relative_to(ROOT)}:{lineno}: no folder {folder!r}")
+    assert not problems, "\n".join(problems)
+    assert _REPO_DIR_RE.findall("see `feedq/queues/` and feedq/x.py, examples/distributed/.") == [
+        "feedq/queues/", "examples/distributed/"]

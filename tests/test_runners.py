@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+import feedq
 from feedq.coordinator import Coordinator
 from feedq.errors import CancelledError, FeedqError, OutOfRangeError
 from feedq.queues import FIFOQueue
@@ -617,3 +618,29 @@ def test_runner_threads_are_named_with_the_feedq_prefix() -> None:
         "feedq-runner-prefixed-1-done",
     ]
     join_or_fail(threads)
+
+
+def test_ported_tf1_start_queue_runners_with_sess_runs_and_positional_sess_is_explained() -> None:
+    """TF1 code passes ``sess=``; feedq accepts and ignores it. A session
+    passed positionally (where ``coord`` goes) gets a TypeError that says why."""
+    with pytest.warns(UserWarning, match="holds no queue runners"):
+        threads = feedq.start_queue_runners(sess=object(), coord=None, collection="empty-for-sess-test")
+    assert threads == []
+    class Session:  # what ported code has in coord's place
+        def run(self, *args: object) -> None: ...
+
+    with pytest.raises(TypeError, match=r"feedq has no sessions"):
+        feedq.start_queue_runners(Session(), collection="empty-for-sess-test")  # type: ignore[arg-type]
+
+
+def test_looper_interval_must_be_a_number() -> None:
+    coord = feedq.Coordinator()
+    with pytest.raises(TypeError, match=r"^timer_interval_secs must be a number of seconds or None, got '1'$"):
+        feedq.LooperThread(coord, "1", target=lambda: None)  # type: ignore[arg-type]
+
+
+def test_queue_base_and_from_list_at_top_level() -> None:
+    qs = [feedq.FIFOQueue(2, "int64"), feedq.FIFOQueue(2, "int64")]
+    sel = feedq.QueueBase.from_list(1, qs)
+    sel.enqueue(7)
+    assert qs[1].size() == 1 and qs[0].size() == 0

@@ -90,7 +90,7 @@ def place_tensor(request: PlacementRequest, config: DeviceConfig | None = None, 
 
     Returns:
         The placement, or ``None`` when the contexts choose no device type
-        (PyTorch's default device applies).
+        and no other task (PyTorch's default device applies).
 
     Raises:
         InvalidArgumentError: the device is unavailable and soft placement is off.
@@ -98,7 +98,12 @@ def place_tensor(request: PlacementRequest, config: DeviceConfig | None = None, 
     config = get_device_config() if config is None else config
     spec = current_device(request)
     if spec.device_type is None:
-        return None
+        # No device type: PyTorch's default device, unless the spec names
+        # another task ("/job:ps/task:0"), which this process cannot place on.
+        reason, _ = _unavailable_reason(spec.replace(device_type="CPU", device_index=None), (), config)
+        if reason is None:
+            return None
+        return _fallback(request, spec, reason, config)
     if host_only is not None and spec.device_type != "CPU":
         return _fallback(request, spec, host_only, config)
     if spec.device_type != "META":

@@ -199,10 +199,12 @@ class FIFOQueue(QueueBase):
         super().enqueue_many(vals, timeout, cancel=cancel)
 
     def dequeue_many(
-        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *,
+        cancel: CancelToken | None = None, padded: bool = True,
     ) -> Any:
         # QueueBase.dequeue_many with its fast path inlined for one dense
-        # numeric component, no token and no out buffers.
+        # numeric component (``padded`` changes nothing for it), no token and
+        # no out buffers.
         if cancel is None and out is None and type(n) is int and self._single_numeric and self._single:
             if timeout is not None:
                 check_timeout(timeout)
@@ -228,7 +230,7 @@ class FIFOQueue(QueueBase):
                     if self._producers:
                         self._flush()
                     return result
-        return super().dequeue_many(n, timeout, out, cancel=cancel)
+        return super().dequeue_many(n, timeout, out, cancel=cancel, padded=padded)
 
     # -- storage -------------------------------------------------------------------------
 
