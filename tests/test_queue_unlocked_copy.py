@@ -617,3 +617,14 @@ def test_a_caller_holding_the_queue_lock_keeps_it() -> None:
         assert q._mutex._is_owned()  # type: ignore[attr-defined]
     assert not q._mutex._is_owned()  # type: ignore[attr-defined]
     np.testing.assert_array_equal(q.dequeue_many(1, timeout=0), [3])
+
+
+def test_unpadded_batches_copy_outside_the_lock_too() -> None:
+    p = UnlockedPadding(8, [np.int64, np.float32], shapes=[[], [None]])
+    p.enqueue([0, np.ones(1, np.float32)])
+    p.enqueue([1, np.ones(3, np.float32)])
+    ids, rows = p.dequeue_many(2, padded=False)
+    assert ids.tolist() == [0, 1] and [r.shape for r in rows] == [(1,), (3,)]
+    p.put_back([ids, rows])
+    ids, xs = p.dequeue_many(2)
+    assert ids.tolist() == [0, 1] and xs.shape == (2, 3) and xs.sum() == 4
