@@ -4,7 +4,6 @@ hooks (see :mod:`feedq.queues._engine`)."""
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from typing import Any
 
@@ -27,17 +26,6 @@ def _ring_clear(buf: np.ndarray[Any, Any], alloc: int, pos: int, k: int) -> None
     buf[pos : pos + first] = None
     if k > first:
         buf[: k - first] = None
-
-
-def _as_rows(buf: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """A C-contiguous dense numeric column as a 1-D array of opaque rows
-    (a view); other columns as they are."""
-    row_bytes = buf.itemsize * math.prod(buf.shape[1:])
-    if buf.dtype.kind == "O" or row_bytes == 0:
-        return buf
-    if not buf.flags.c_contiguous:
-        buf = np.ascontiguousarray(buf)  # a strided source batch: one copy
-    return np.frombuffer(buf, dtype=np.dtype((np.void, row_bytes)))
 
 
 def _clear(buf: np.ndarray[Any, Any], index: Any) -> None:
@@ -612,12 +600,8 @@ class RandomShuffleQueue(QueueBase):
     dropped and everything drains (Q32). Each element removed is drawn
     uniformly from those stored (Q31), with a NumPy Generator seeded by
     ``seed`` (Q33: an int gives the same order for the same sequence of
-    calls; None is nondeterministic). The randomness is spent when elements
-    go in: storage is kept in uniformly random order (each inserted row
-    lands in a random slot, the row there moves to the end), so that
-    ``dequeue`` and ``dequeue_many(n)`` take the last rows: a slice copy.
-    ``enqueue_many(k)`` draws ``k`` slots and makes two vectorised moves of
-    at most ``k`` rows.
+    calls; None is nondeterministic). ``dequeue_many(n)`` draws ``n``
+    distinct slots and compacts the storage with vectorised moves: O(n).
 
     feedq: ``min_after_dequeue >= capacity`` is a ValueError here (TF1 failed
     at first use, Q29/X9).
@@ -672,98 +656,85 @@ class RandomShuffleQueue(QueueBase):
             dst[: self._size] = src[: self._size]
         self._cols = new
         self._alloc = alloc
-        # Each dense numeric row as one opaque item: moving rows by index
-        # is then a 1-D gather/scatter, a few times faster than on rows.
-        self._rows = [_as_rows(buf) for buf in new]
 
     def _available(self) -> int:
         if self._state is QueueState.OPEN:
             return max(0, self._size - int(self._storage_args["min_after_dequeue"]))
         return self._size
 
-    # Storage: rows [0, size) in uniformly random order (every arrangement
-    # equally likely given the calls so far). An insert puts each new row at
-    # a uniformly random slot of [0, size + k), moving the row it displaces
-    # to a free slot at the end: the order stays uniformly random, so that a
-    # dequeue takes the last rows (each of them uniform over the stored
-    # elements, Q31) and leaves a prefix that is again in random order.
-
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
         size = self._size
-        if k == 1:
-            self._put_one([src[start] for src in cols])
-            return
-        m = size + k
-        if 4 * k >= m:
-            # Few stored rows: append the new ones, then shuffle all m.
-            perm = self._rng.permutation(m)
-            for rows, src in zip(self._rows, cols):
-                rows[size:m] = _as_rows(src[start : start + k]) if rows.dtype.kind == "V" else src[start : start + k]
-                rows[:m] = rows[perm]
-            return
-        # New row i goes to slots[i]; the old rows there move to the slots
-        # of [size, m) that no new row takes (as many as there are): all of
-        # them when every slot is one of the old rows', the common case.
-        slots = self._draw_sparse(k, m)
-        if int(slots.max()) < size:
-            displaced: np.ndarray[Any, Any] | None = slots
-            ends: Any = slice(size, m)
-        else:
-            inside = slots < size
-            displaced = slots[inside] if inside.any() else None
-            if displaced is not None:
-                free = np.ones(k, dtype=bool)
-                free[slots[~inside] - size] = False
-                ends = free.nonzero()[0] + size
-        for rows, src in zip(self._rows, cols):
-            if displaced is not None:
-                rows[ends] = rows[displaced]
-            src = src[start : start + k]
-            rows[slots] = _as_rows(src) if rows.dtype.kind == "V" else src
+        for buf, src in zip(self._cols, cols):
+            buf[size : size + k] = src[start : start + k]
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
-        self._put(chunk, 0, chunk[0].shape[0])  # they rejoin the pool
+        self._put(chunk, 0, chunk[0].shape[0])
 
     def _put_one(self, row: list[Any]) -> None:
-        size = self._size
-        pos = int(self._rng.random() * (size + 1))
-        if pos < size:
-            for buf in self._cols:
-                buf[size] = buf[pos]
+        pos = self._size
         for buf, value in zip(self._cols, row):
             buf[pos] = value
 
     def _take_one(self) -> list[Any]:
-        return self._read_row(self._size - 1)
+        last = self._size - 1
+        pos = int(self._rng.integers(0, self._size))
+        row = self._read_row(pos)
+        if pos != last:
+            for buf in self._cols:
+                buf[pos] = buf[last]
+        for buf in self._cols:
+            _clear(buf, last)
+        return row
 
-    def _draw_sparse(self, k: int, m: int) -> np.ndarray[Any, Any]:
-        """``k`` distinct slots of ``[0, m)`` (``m > 4k``), uniformly, in random order."""
-        rng = self._rng
+    def _draw_sparse(self, k: int) -> np.ndarray[Any, Any]:
+        """k distinct positions in [0, size) with size > 4k, uniformly, in random order."""
+        size, rng = self._size, self._rng
         while True:
             # The first k distinct values of iid uniform draws are a uniform
-            # k-permutation; from > 4k values about k/8 draws repeat one.
-            cand = (rng.random(k + k // 4 + 8) * m).astype(np.intp)
-            order = cand.argsort(kind="stable")  # equal values: earliest first
-            ordered = cand[order]
-            repeats = order[1:][ordered[1:] == ordered[:-1]]
-            if repeats.shape[0]:
-                keep = np.ones(cand.shape[0], dtype=bool)
-                keep[repeats] = False
-                cand = cand[keep]
-            if cand.shape[0] >= k:
-                return cand[:k]
+            # k-permutation; 2k+16 draws from > 4k values rarely fall short.
+            cand = rng.integers(0, size, size=2 * k + 16)
+            _, first = np.unique(cand, return_index=True)
+            if first.shape[0] >= k:
+                first.sort()
+                return cand[first[:k]]
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         size = self._size
-        low = size - k
+        tail = size - k
         result = []
+        if 4 * k >= size:
+            # Dense draw: one permutation gives the k drawn (in random order)
+            # and the rows that stay; moving every staying row is O(size),
+            # which is O(k) here, and costs two gathers instead of a dozen
+            # small index operations.
+            perm = self._rng.permutation(size)
+            idx, rest = perm[:k], perm[k:]
+            for i, buf in enumerate(self._cols):
+                if outs is not None:
+                    np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
+                else:
+                    result.append(buf[idx])
+                if tail:
+                    buf[:tail] = buf[rest]  # the right side is gathered first
+                _clear(buf, slice(tail, size))
+            return result
+        idx = self._draw_sparse(k)
+        # Holes left in [0, tail) are refilled from the rows of [tail, size)
+        # that were not drawn; both sets have the same size.
+        in_tail = idx >= tail
+        holes = idx[~in_tail]
+        if holes.shape[0]:
+            keep = np.ones(k, dtype=bool)
+            keep[idx[in_tail] - tail] = False
+            fillers = tail + np.flatnonzero(keep)
         for i, buf in enumerate(self._cols):
-            if outs is None:
-                result.append(buf[low:size].copy())
+            if outs is not None:
+                np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
             else:
-                outs[i][offset : offset + k] = buf[low:size]
-            if self._obj_cols[i]:
-                buf[low:size] = None
+                result.append(buf[idx])
+            if holes.shape[0]:
+                buf[holes] = buf[fillers]
+            _clear(buf, slice(tail, size))
         return result
 
 
