@@ -1,0 +1,291 @@
+"""The worker side of a process stage: build a pipeline, write its batches
+into shared-memory slots, tell the parent.
+
+A worker runs :func:`worker_main` in its own process. Its main thread builds
+the user's pipeline (inside a :class:`feedq.Pipeline`, once per epoch) and
+writes each batch into a free slot of its ring; a helper thread
+(``feedq-process-control``) reads the parent's messages: slots given back,
+epoch requests, stop. The helper also watches for the parent's death (the
+control pipe's end of file, or a new parent pid): then the worker unlinks
+the segments it created and exits at once.
+
+Messages, worker -> parent (all small; payloads never travel in them):
+
+* ``("hello", pid)``
+* ``("seg", name)``: a segment is about to be created under ``name`` (so
+  the parent can unlink it should the worker die before using it);
+* ``("batch", epoch, slot, name, generation, nbytes, tree, descs)``;
+* ``("end", epoch, count)``: the epoch's last batch was sent;
+* ``("done",)``: every epoch was sent; the worker exits;
+* ``("error", epoch, pickled exception or None, type name, message, traceback)``.
+
+Parent -> worker: ``("free", slot)``, ``("retain", slot)`` (the consumer
+still holds the slot's arrays: create a new segment for the slot and leave
+the old one to the parent), ``("epoch", n)``, ``("stop",)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import struct
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._workerinfo import WorkerInfo, set_worker_info
+from ..pipeline import Pipeline
+from . import _layout
+from ._shm import Segment, segment_name, unlink
+
+__all__ = ["HEADER", "HEADER_FORMAT", "MAGIC", "WorkerConfig", "worker_main"]
+
+#: Slot header: magic, generation, payload bytes, writer pid; the payload
+#: starts at HEADER (64-byte aligned, like every leaf in it).
+HEADER = 64
+HEADER_FORMAT = "<QQQQ"
+MAGIC = 0x66656564715F7631  # "feedq_v1"
+
+# How often the control thread checks that the parent still lives when no
+# message comes (a dead parent usually shows at once as end of file).
+_PARENT_POLL_SECS = 0.2
+# The smallest segment, and the headroom over the first batch's size (batches
+# of variable-length data differ in size).
+_MIN_SEGMENT = 64 * 1024
+_PAGE = 4096
+
+
+@dataclass
+class WorkerConfig:
+    """What a worker needs; pickled to it at start (small: no data)."""
+
+    build: Callable[[int, int], Any]
+    index: int
+    num_workers: int
+    epochs: int | None
+    seed: int | None
+    parent_pid: int
+    token: str
+    slots: int
+    close_fds: list[int] = field(default_factory=list)
+
+
+class _Stopped(Exception):
+    """The parent asked the worker to stop (internal)."""
+
+
+def _segment_size(need: int, previous: int = 0) -> int:
+    size = max(need + need // 4, _MIN_SEGMENT, 2 * previous if need > previous else 0)
+    return (size + _PAGE - 1) // _PAGE * _PAGE
+
+
+class _Worker:
+    def __init__(self, config: WorkerConfig, conn: Any) -> None:
+        self.cfg = config
+        self.conn = conn
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        # Notified by the control thread when a slot comes back, an epoch is
+        # requested, or a stop is asked.
+        self.changed = threading.Condition(self.lock)
+        self.free: deque[int] = deque(range(config.slots))  # guarded by self.lock
+        self.retired: set[int] = set()  # slots to give a new segment; guarded by self.lock
+        self.epoch_requests: set[int] = set()  # guarded by self.lock
+        self.stop = threading.Event()
+        self.pipe: Pipeline | None = None  # guarded by self.lock
+        self.created: list[str] = []  # segment names created; guarded by self.lock
+        self.segments: dict[int, Segment] = {}  # main thread only
+        self.serial = 0
+        self.generation = 0
+
+    # -- control thread ---------------------------------------------------------
+
+    def control(self) -> None:
+        ppid = os.getppid()
+        while True:
+            try:
+                ready = self.conn.poll(_PARENT_POLL_SECS)
+                msg = self.conn.recv() if ready else None
+            except (EOFError, OSError):
+                self.parent_gone()
+                return
+            if msg is None:
+                if os.getppid() != ppid:
+                    self.parent_gone()
+                    return
+                continue
+            kind = msg[0]
+            with self.lock:
+                if kind == "free":
+                    self.free.append(msg[1])
+                elif kind == "retain":
+                    self.retired.add(msg[1])
+                    self.free.append(msg[1])
+                elif kind == "epoch":
+                    self.epoch_requests.add(msg[1])
+                elif kind == "stop":
+                    self.stop.set()
+                    if self.pipe is not None:
+                        self.pipe.stop()
+                self.changed.notify_all()
+            if kind == "stop":
+                return
+
+    def parent_gone(self) -> None:
+        """The parent died: remove our segments' names and leave at once
+        (nobody will read what we would write)."""
+        with self.lock:
+            names = list(self.created)
+        for name in names:
+            with contextlib.suppress(OSError):
+                unlink(name)
+        os._exit(0)
+
+    # -- main thread ------------------------------------------------------------
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
+            raise _Stopped() from exc
+
+    def take_slot(self) -> tuple[int, bool]:
+        """A free slot, and whether it needs a new segment."""
+        with self.lock:
+            while not self.free:
+                if self.stop.is_set():
+                    raise _Stopped()
+                self.changed.wait(0.5)
+            if self.stop.is_set():
+                raise _Stopped()
+            slot = self.free.popleft()
+            retired = slot in self.retired
+            self.retired.discard(slot)
+        return slot, retired
+
+    def wait_epoch(self, epoch: int) -> None:
+        with self.lock:
+            while epoch not in self.epoch_requests:
+                if self.stop.is_set():
+                    raise _Stopped()
+                self.changed.wait(0.5)
+
+    def put(self, epoch: int, batch: Any) -> None:
+        tree, leaves, paths = _layout.flatten(batch)
+        plan = _layout.plan(leaves, paths)
+        need = HEADER + plan.nbytes
+        slot, retired = self.take_slot()
+        seg = self.segments.get(slot)
+        if seg is None or retired or seg.size < need:
+            previous = 0 if seg is None else seg.size
+            if seg is not None:
+                # Our mapping only: the parent unlinked the name when it
+                # mapped the segment, and keeps its own mapping if it must.
+                seg.close()
+            name = segment_name(self.cfg.parent_pid, self.cfg.token, self.cfg.index, self.serial)
+            self.serial += 1
+            self.send(("seg", name))
+            with self.lock:
+                self.created.append(name)
+            seg = Segment.create(name, _segment_size(need, previous))
+            self.segments[slot] = seg
+        payload = np.frombuffer(seg.mm, np.uint8, count=plan.nbytes, offset=HEADER)
+        _layout.write(plan, payload)
+        del payload
+        self.generation += 1
+        struct.pack_into(HEADER_FORMAT, seg.mm, 0, MAGIC, self.generation, plan.nbytes, self.pid)
+        self.send(("batch", epoch, slot, seg.name, self.generation, plan.nbytes, tree, plan.descs))
+
+    def run_epoch(self, epoch: int) -> int:
+        cfg = self.cfg
+        set_worker_info(WorkerInfo(cfg.index, cfg.num_workers, epoch, cfg.seed, "process"),
+                        process_wide=True)
+        count = 0
+        with Pipeline() as pipe:
+            with self.lock:
+                self.pipe = pipe
+            try:
+                if self.stop.is_set():
+                    raise _Stopped()
+                out = cfg.build(cfg.index, cfg.num_workers)
+                try:
+                    it = iter(out)
+                except TypeError:
+                    raise TypeError(
+                        f"build({cfg.index}, {cfg.num_workers}) returned {type(out).__name__}: "
+                        "it must return a batch stage or an iterable of batches"
+                    ) from None
+                for batch in it:
+                    if self.stop.is_set():
+                        raise _Stopped()
+                    self.put(epoch, batch)
+                    count += 1
+                if self.stop.is_set():
+                    raise _Stopped()  # a stop ended the pipeline's iteration early
+            finally:
+                with self.lock:
+                    self.pipe = None
+        return count
+
+    def run(self) -> None:
+        self.send(("hello", self.pid))
+        epoch = 0
+        try:
+            while self.cfg.epochs is None or epoch < self.cfg.epochs:
+                if epoch > 0:
+                    self.wait_epoch(epoch)
+                count = self.run_epoch(epoch)
+                self.send(("end", epoch, count))
+                epoch += 1
+            self.send(("done",))
+        except _Stopped:
+            self.cleanup()
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent
+            if self.stop.is_set():
+                self.cleanup()
+                return
+            self.report(epoch, exc)
+        finally:
+            for seg in self.segments.values():
+                seg.close()
+
+    def report(self, epoch: int, exc: BaseException) -> None:
+        text = traceback.format_exc()
+        blob: bytes | None
+        try:
+            blob = pickle.dumps(exc)
+            pickle.loads(blob)  # an exception that pickles but cannot be rebuilt
+        except Exception:  # noqa: BLE001 - sent as text only
+            blob = None
+        with contextlib.suppress(_Stopped):
+            self.send(("error", epoch, blob, type(exc).__name__, str(exc), text))
+
+    def cleanup(self) -> None:
+        """Stopped by the parent: unlink what we created (the parent does it
+        too; whichever comes second finds nothing)."""
+        with self.lock:
+            names = list(self.created)
+        for name in names:
+            with contextlib.suppress(OSError):
+                unlink(name)
+
+
+def worker_main(config: WorkerConfig, conn: Any) -> None:
+    """Entry point of a worker process."""
+    # Ctrl-C in a terminal reaches the whole process group: the parent
+    # handles it and stops us; a worker must not die half-way on its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for fd in config.close_fds:  # fork: other workers' pipe ends
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    worker = _Worker(config, conn)
+    control = threading.Thread(target=worker.control, name="feedq-process-control", daemon=True)
+    control.start()
+    worker.run()
