@@ -82,6 +82,10 @@ _TERM_GRACE_SECS = 0.5
 # The consumer's waits are sliced this finely, to notice close() from
 # another thread and a pipeline stop.
 _WAIT_SLICE_SECS = 0.1
+# A worker's failure is raised in its turn, or after the consumer has waited
+# this long for other workers while it was pending (a failure never waits
+# behind a worker that may never send again).
+_FAILURE_GRACE_SECS = 0.4
 _WORKER_MODULE = "feedq.process._worker"
 
 
@@ -411,12 +415,13 @@ class ProcessStage:
             if got:
                 self._take_lock.release()
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, grace: float = _STOP_GRACE_SECS) -> None:
+        """Stop the workers: ask, wait ``grace`` s, SIGTERM, SIGKILL."""
         _live.discard(self)
         handles = self._handles
         for h in handles:
             h.send(("stop",))
-        deadline = time.monotonic() + _STOP_GRACE_SECS
+        deadline = time.monotonic() + grace
         for h in handles:
             h.process.join(max(0.0, deadline - time.monotonic()))
         for h in handles:
@@ -679,6 +684,9 @@ class ProcessStage:
             return (h.index, *ev)
         return _EPOCH_END
 
+    def _failure_pending(self) -> bool:
+        return any(h.failed or (h.inbox and h.inbox[-1][0] == "dead") for h in self._handles)
+
     def _pending_failure(self) -> tuple[Any, ...] | None:
         """A worker's error or death waiting behind batches of others."""
         for h in self._handles:
@@ -699,6 +707,7 @@ class ProcessStage:
             deadline = None if wait is None else time.monotonic() + wait
             started = time.perf_counter()
             first = True
+            failure_seen: float | None = None
             try:
                 while True:
                     if self._epoch_done:
@@ -719,9 +728,17 @@ class ProcessStage:
                             return self._deliver(ev)
                         self._fail(ev)
                     first = False
-                    failure = self._pending_failure()
-                    if failure is not None:
-                        self._fail(failure)
+                    if self._failure_pending():
+                        # Another worker failed while we wait for this one:
+                        # give the one we wait for a moment (its batches come
+                        # first in the rotation), then report the failure.
+                        now = time.monotonic()
+                        if failure_seen is None:
+                            failure_seen = now
+                        elif now - failure_seen >= _FAILURE_GRACE_SECS:
+                            failure = self._pending_failure()
+                            if failure is not None:
+                                self._fail(failure)
                     if self._closing:
                         raise CancelledError("this process stage was closed")
                     if self._coord is not None and self._coord.should_stop():
@@ -730,7 +747,8 @@ class ProcessStage:
                     if remaining <= 0:
                         raise DeadlineExceededError(
                             f"no batch from the process stage within {wait:g} s")
-                    self._pump(min(remaining, _WAIT_SLICE_SECS))
+                    slice_ = _WAIT_SLICE_SECS if failure_seen is None else 0.02
+                    self._pump(min(remaining, slice_))
             finally:
                 self._wait += time.perf_counter() - started
 
@@ -780,7 +798,7 @@ class ProcessStage:
                 f"process stage worker {index} (pid {h.pid}) {how}; the stage is stopped")
         self._failure = exc
         self._closed = True
-        self._shutdown()
+        self._shutdown(grace=0.0)  # the stage is broken: no point in waiting
         raise exc
 
     def dequeue(self, timeout: float | None = None) -> Any:
