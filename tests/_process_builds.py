@@ -182,3 +182,17 @@ def fixed_records(path: str, worker_index: int, num_workers: int) -> Any:
         return [feedq.readers.decode_raw(reader.read_block(files, 1024), np.float32)]
 
     return feedq.batch_join([read], 256, enqueue_many=True, dtypes=[np.float32], shapes=[[32]])
+
+
+def torch_rows(worker_index: int, num_workers: int) -> Any:
+    """For ``as_torch_dataset(build)``: this worker's rows of 0..99 in batches
+    of 8, labels ``row * 10 + epoch``, and the worker index as a column."""
+    info = get_worker_info()
+    assert info is not None and info.kind == "torch"
+    assert (info.index, info.num_workers) == (worker_index, num_workers)
+    rows = np.arange(100, dtype=np.int64)[worker_index::num_workers]
+    labels = rows * 10 + info.epoch
+    worker = np.full(len(rows), worker_index, np.int64)
+    produced = feedq.slice_input_producer({"row": rows, "label": labels, "worker": worker},
+                                          num_epochs=1, shuffle=False)
+    return feedq.batch(produced, batch_size=8, num_threads=1, allow_smaller_final_batch=True)
