@@ -128,7 +128,8 @@ def main():
             for _ in it:
                 pass
         else:  # "idle": workers fill their slots, nothing is taken
-            while stage.statistics().segments == 0 and len(os.listdir("/dev/shm")) == 0:
+            mine = f"feedq_{os.getpid()}_"
+            while not any(n.startswith(mine) for n in os.listdir("/dev/shm")):
                 time.sleep(0.01)
             print(json.dumps(stage.pids), flush=True)
             time.sleep(3600)

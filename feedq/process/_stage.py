@@ -59,7 +59,7 @@ from ..errors import (
 from ..pipeline import current_pipeline
 from . import _layout
 from ._shm import Segment, new_token, sweep, unlink
-from ._worker import HEADER, HEADER_FORMAT, MAGIC, WorkerConfig, worker_main
+from ._worker import HEADER, HEADER_FORMAT, MAGIC, SlotReturns, WorkerConfig, worker_main
 
 __all__ = [
     "ORDERS",
@@ -217,10 +217,12 @@ class _Held:
 class _Handle:
     """The consumer's side of one worker."""
 
-    def __init__(self, index: int, process: Any, conn: Any) -> None:
+    def __init__(self, index: int, process: Any, conn: Any, returns: SlotReturns) -> None:
         self.index = index
         self.process = process
         self.conn = conn
+        self.returns = returns
+        self.layout: tuple[Any, Any] = (None, None)
         self.pid: int = process.pid
         self.inbox: deque[tuple[Any, ...]] = deque()
         self.conn_open = True
@@ -237,7 +239,7 @@ class _Handle:
         if not self.conn_open or self.exited:
             return
         with contextlib.suppress(OSError, EOFError, ValueError):
-            self.conn.send(msg)
+            self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class _EpochEnd(Exception):
@@ -377,10 +379,11 @@ class ProcessStage:
                 close_fds = [h.conn.fileno() for h in self._handles] if self._method == "fork" else []
                 if self._method == "fork":
                     close_fds.append(parent_conn.fileno())
+                returns = SlotReturns(ctx, self._slots)
                 config = WorkerConfig(
                     build=self._build, index=i, num_workers=self._num, epochs=self._epochs,
                     seed=self._seed, parent_pid=self._parent_pid, token=self._token,
-                    slots=self._slots, close_fds=close_fds,
+                    slots=self._slots, returns=returns, close_fds=close_fds,
                 )
                 process = ctx.Process(target=worker_main, args=(config, child_conn),
                                       name=f"feedq-process-{i}", daemon=True)
@@ -388,7 +391,7 @@ class ProcessStage:
                     process.start()
                 finally:
                     child_conn.close()
-                self._handles.append(_Handle(i, process, parent_conn))
+                self._handles.append(_Handle(i, process, parent_conn, returns))
         except BaseException:
             self._closed = True
             self._shutdown()
@@ -442,7 +445,7 @@ class ProcessStage:
                 try:
                     if not h.conn.poll():
                         break
-                    msg = h.conn.recv()
+                    msg = pickle.loads(h.conn.recv_bytes())
                 except (EOFError, OSError):
                     break
                 if msg[0] == "seg":
@@ -498,12 +501,22 @@ class ProcessStage:
                 self._drain(h)  # everything it sent before it ended
                 self._on_exit(h)
 
+    def _poll_fast(self) -> None:
+        """Read what came without waiting: the worker whose turn it is (one
+        ``poll``), or everyone (first-ready)."""
+        if self._order == "deterministic" and self._rotation:
+            h = self._handles[self._rotation[self._turn % len(self._rotation)]]
+            if h.conn_open and h.conn.poll():
+                self._drain(h)
+                return
+        self._pump(0.0)
+
     def _drain(self, h: _Handle) -> None:
         while h.conn_open:
             try:
                 if not h.conn.poll():
                     return
-                msg = h.conn.recv()
+                msg = pickle.loads(h.conn.recv_bytes())
             except (EOFError, OSError):
                 h.conn_open = False
                 return
@@ -513,6 +526,10 @@ class ProcessStage:
         kind = msg[0]
         if kind == "batch":
             _, epoch, slot, name, gen, nbytes, tree, descs = msg
+            if tree is None:
+                tree, descs = h.layout  # as the previous batch
+            else:
+                h.layout = (tree, descs)
             seg = h.slot_seg.get(slot)
             if seg is None or seg.name != name:
                 if seg is not None:
@@ -604,7 +621,7 @@ class ProcessStage:
                 del h.slot_seg[rec.slot]
                 seg.close()
             return
-        h.send(("free", rec.slot))
+        h.returns.put(rec.slot)
 
     def _retain(self, rec: _Held) -> None:
         rec.retained = True
@@ -613,7 +630,7 @@ class ProcessStage:
         if h.slot_seg.get(rec.slot) is rec.seg:
             del h.slot_seg[rec.slot]
         rec.seg.detached = True
-        h.send(("retain", rec.slot))
+        h.returns.put(rec.slot, retain=True)
 
     def release(self) -> None:
         """Done with the last batch taken: its slot goes back to its worker
@@ -716,7 +733,7 @@ class ProcessStage:
                         self._start_next_epoch()
                     ev = self._next_event()
                     if ev is None:
-                        self._pump(0.0)
+                        self._poll_fast()
                         ev = self._next_event()
                     if ev is _EPOCH_END:
                         self._epoch_done = True
