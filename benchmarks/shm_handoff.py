@@ -19,18 +19,18 @@ import argparse
 import functools
 import multiprocessing as mp
 import statistics
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import header, table  # noqa: E402
+try:
+    from benchmarks._util import header, table
+except ImportError:  # run as a script from benchmarks/
+    from _util import header, table  # type: ignore[no-redef]
 
-import feedq  # noqa: E402
+import feedq
 
 
 def _parse_size(text: str) -> int:
