@@ -8,9 +8,12 @@ Linux: one server per test session, then workers fork in milliseconds).
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
+import sys
 import threading
+import types
 from collections import Counter
 from typing import Any
 
@@ -333,6 +336,18 @@ def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
 def test_a_lambda_needs_fork() -> None:
     with pytest.raises(TypeError, match="picklable"):
         process_stage(lambda i, n: [], start_method="spawn")
+
+
+def test_a_build_from_an_interactive_main_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # like python -c
+
+    def build(worker_index: int, num_workers: int) -> list[Any]:
+        return []
+
+    build.__module__ = "__main__"
+    for fn in (build, functools.partial(build)):
+        with pytest.raises(TypeError, match=r"interactive session .* or pass start_method='fork'$"):
+            process_stage(fn)
 
 
 def test_an_object_column_is_refused_naming_it() -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import math
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
@@ -130,6 +131,25 @@ def warm_up(start_method: str | None = None) -> None:
     probe.start()
     probe.join()
     probe.close()
+
+
+def _check_importable(build: Callable[..., Any], method: str) -> None:
+    """A worker started by spawn or forkserver finds ``build`` by importing
+    its module; a function of an interactive ``__main__`` (``python -c``,
+    a REPL, a notebook) cannot be found that way."""
+    fn = build
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if getattr(fn, "__module__", None) != "__main__":
+        return
+    main = sys.modules.get("__main__")
+    if main is not None and getattr(main, "__file__", None):
+        return  # a script: the worker runs it as __mp_main__ (keep its `if __name__ == "__main__":`)
+    raise TypeError(
+        f"build {getattr(fn, '__qualname__', fn)!r} is defined in an interactive session "
+        f"(python -c, a REPL or a notebook), where a {method!r} worker cannot import it: define it "
+        "in a module and import it, or pass start_method='fork'"
+    )
 
 
 class WorkerTraceback(Exception):
@@ -319,6 +339,7 @@ class ProcessStage:
         if method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {method!r}")
         if method != "fork":
+            _check_importable(build, method)
             try:
                 pickle.dumps(build)
             except Exception as exc:
