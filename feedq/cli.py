@@ -20,7 +20,7 @@ from typing import Any, cast
 import click
 import numpy as np
 
-from . import __version__
+from . import __version__, _native
 from ._cliutil import CONTEXT, ProgramGroup, fail, guard, set_debug
 from ._datasets import FIXED_RECORD_BYTES, FORMATS, LAYOUTS, detect_format, make_dataset
 from ._schema import DEFAULT_SAMPLE, OnError
@@ -42,7 +42,9 @@ Examples:
   feedq bench data/
   feedq inspect data/part-00000.tfrecord
 """)
-@click.version_option(__version__, "--version", prog_name="feedq", help="Show the version and exit.")
+@click.version_option(__version__, "--version", prog_name="feedq",
+                      message=f"%(prog)s %(version)s (core: {_native.CORE})",
+                      help="Show the version and the active core (native or python), and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 def main(debug: bool) -> None:
     """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.

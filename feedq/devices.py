@@ -10,9 +10,10 @@ package ``feedq._devices``, one idea per module:
 * tensors (``tensors``, ``variables``): inside ``feedq.device(...)`` the
   tensors, parameters and modules PyTorch creates land on the chosen device;
   :func:`Variable`, TF1's variable as a named ``torch.nn.Parameter``;
-* feeding (``feeder``, ``source``, ``structure``, ``targets``, ``engines``):
-  :class:`DeviceFeeder`, pinned staging, asynchronous copies, replicas in
-  ``split`` / ``round_robin`` / ``broadcast`` mode, per-component device maps;
+* feeding (``feeder``, ``feeder_thread``, ``handoff``, ``source``, ``structure``,
+  ``targets``, ``engines``): :class:`DeviceFeeder`, pinned staging,
+  asynchronous copies, replicas in ``split`` / ``round_robin`` /
+  ``broadcast`` mode, per-component device maps;
 * adapters (``adapters``, ``extras``): torch ``IterableDataset``,
   ``tf.data.Dataset``, CuPy; late imports of the optional libraries.
 
@@ -28,7 +29,6 @@ from feedq._devices.adapters import (
     to_cupy,
     to_torch,
 )
-from feedq._devices.extras import MissingExtraError
 from feedq._devices.feeder import DeviceFeeder, FeederStatistics, ReplicaMode
 from feedq._devices.listing import DeviceInfo, DeviceListing, list_devices
 from feedq._devices.placement import (
@@ -43,6 +43,7 @@ from feedq._devices.placement import (
 )
 from feedq._devices.spec import DeviceSpec
 from feedq._devices.variables import Variable
+from feedq.errors import MissingExtraError  # defined there (readers raise it too)
 
 __all__ = [
     "DeviceConfig",

@@ -19,6 +19,10 @@ catch the built-in::
     ├── UnavailableError               a remote task cannot be reached
     ├── AbortedError                   an operation aborted by a concurrent one
     ├── FailedPreconditionError        the object is not in a state to do this
+    │   └── MissingExtraError          an optional package (an "extra": torch,
+    │                                  CuPy, TensorFlow, Ray, zstandard) is not
+    │                                  installed; also an UnimplementedError and
+    │                                  an ImportError
     └── UnimplementedError             (also NotImplementedError)
 
 Plain ``ValueError`` / ``TypeError`` are raised for misuse that TF1 reported at
@@ -35,6 +39,7 @@ __all__ = [
     "FailedPreconditionError",
     "FeedqError",
     "InvalidArgumentError",
+    "MissingExtraError",
     "NotFoundError",
     "OutOfRangeError",
     "UnavailableError",
@@ -111,3 +116,66 @@ class FailedPreconditionError(FeedqError):
 
 class UnimplementedError(FeedqError, NotImplementedError):
     """The operation is not supported by this object."""
+
+
+# module name -> the pip extra that installs it (``pip install "feedq[extra]"``)
+_EXTRAS = {
+    "torch": "torch",
+    "cupy": "cupy",
+    "tensorflow": "tf",
+    "ray": "ray",
+    "zstandard": "zstd",
+}
+
+
+class MissingExtraError(FailedPreconditionError, UnimplementedError, ImportError):
+    """An optional dependency (an "extra") is not installed.
+
+    Raised on first use of a feature that needs torch, CuPy, TensorFlow, Ray
+    or ``zstandard`` (ZSTD compression) when that package cannot be imported;
+    the message names the ``pip install "feedq[extra]"`` command. Not raised at
+    ``import feedq``, which needs NumPy only.
+
+    It is three things at once, so each way of catching it that made sense
+    before works:
+
+    * a :class:`FailedPreconditionError`: the installation lacks what the
+      operation needs;
+    * an :class:`UnimplementedError` (and ``NotImplementedError``): the
+      feature is not available in this installation, as TF reports a codec it
+      was built without (ZSTD compression raised ``UnimplementedError``
+      before this class existed);
+    * an ``ImportError``: plain Python code catches it with
+      ``except ImportError``; :attr:`name` is the module that is missing.
+    """
+
+    def __init__(self, message: str = "", *, name: str | None = None) -> None:
+        """Args:
+            message: the text, naming the pip command.
+            name: the module that could not be imported (``ImportError.name``).
+        """
+        super().__init__(message)
+        # The MRO reaches ImportError.__init__ only through RuntimeError's, which
+        # ignores ImportError's fields: set them here.
+        self.msg = message
+        self.name = name
+
+    @classmethod
+    def for_module(cls, module: str, feature: str) -> MissingExtraError:
+        """The error for ``feature`` needing ``module``, naming its pip extra.
+
+        For scripts that import an extra themselves::
+
+            try:
+                import torch
+            except ImportError:
+                sys.exit(str(feedq.MissingExtraError.for_module("torch", "this script")))
+
+        Args:
+            module: ``"torch"``, ``"cupy"``, ``"tensorflow"``, ``"ray"``,
+                ``"zstandard"`` (or another module: the extra is its name).
+            feature: what needs it, for the message.
+        """
+        extra = _EXTRAS.get(module, module)
+        return cls(f"{feature} needs {module}, which is not installed: "
+                   f'pip install "feedq[{extra}]"', name=module)

@@ -148,7 +148,9 @@ def test_every_public_name_shows_public_module() -> None:
     for name in d.__all__:
         if name == "ReplicaMode":  # a typing alias, not a class or function
             continue
-        assert getattr(d, name).__module__ == "feedq.devices", name
+        # MissingExtraError is re-exported from its home, feedq.errors.
+        home = "feedq.errors" if name == "MissingExtraError" else "feedq.devices"
+        assert getattr(d, name).__module__ == home, name
     assert feedq.Variable is d.Variable
 
 
@@ -156,9 +158,11 @@ def test_public_names_show_public_module() -> None:
     import feedq.devices as d
 
     assert sorted(d.__all__) == d.__all__
-    for name in ["DeviceFeeder", "DeviceSpec", "DeviceConfig", "MissingExtraError", "device",
+    for name in ["DeviceFeeder", "DeviceSpec", "DeviceConfig", "device",
                  "list_devices", "as_torch_dataset"]:
         assert getattr(d, name).__module__ == "feedq.devices"
+    # Re-exported from its public home, feedq.errors (readers raise it too).
+    assert d.MissingExtraError.__module__ == "feedq.errors"
 
 
 def test_to_torch_is_zero_copy_and_keeps_structure() -> None:

@@ -35,6 +35,8 @@ from feedq.errors import (
 )
 from feedq.queues import ConditionalAccumulator
 
+from .conftest import Bg, wait_until
+
 SPEC = {"ps": ["127.0.0.1:2221", "127.0.0.1:2223"], "worker": ["127.0.0.1:2222", "127.0.0.1:2224"],
         "spare": ["127.0.0.1:2231", "127.0.0.1:2232", "127.0.0.1:2233"]}
 # The tasks the semantic cases change settings on (never the spare ones they stop).
@@ -198,8 +200,7 @@ def test_local_accumulator_blocked_take_released_by_apply() -> None:
     out: list[Any] = []
     t = threading.Thread(target=lambda: out.append(acc.take_grad(2, timeout=5)), name="taker")
     t.start()
-    while acc.statistics().waiting_takers == 0:
-        time.sleep(0.001)
+    wait_until(lambda: acc.statistics().waiting_takers == 1, what="the taker to block")
     acc.apply_grad([1.0])
     acc.apply_grad([3.0])
     t.join(5)
@@ -328,9 +329,7 @@ def test_sem_blocked_dequeue_released_by_other_client(dist: Dist) -> None:
                          name="blocked-consumer")
     t.start()
     other = fd.FIFOQueue(-1, np.float32, shapes=[[2]], shared_name=name, task=PS1)
-    deadline = time.monotonic() + 5
-    while other.statistics().waiting_consumers == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: other.statistics().waiting_consumers == 1, what="the consumer to block")
     other.enqueue_many(np.ones((2, 2), np.float32))
     other.enqueue_many(np.zeros((2, 2), np.float32))
     t.join(10)
@@ -350,9 +349,7 @@ def test_sem_cancel_wakes_waiters(dist: Dist) -> None:
 
     t = threading.Thread(target=consume, name="cancelled-consumer")
     t.start()
-    deadline = time.monotonic() + 5
-    while q.statistics().waiting_consumers == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: q.statistics().waiting_consumers == 1, what="the consumer to block")
     q.cancel(RuntimeError("stop"))
     t.join(10)
     assert isinstance(errors[0], CancelledError)
@@ -483,10 +480,7 @@ def test_sem_cluster_coordinator_stops_runners_everywhere(dist: Dist) -> None:
     assert info.value.task == "/job:worker/task:1"  # type: ignore[attr-defined]
     # The runner's cancel_op runs on stop (QR7), in the thread that saw the
     # stop; its remote call may land just after the runner thread ended.
-    deadline = time.monotonic() + 5
-    while not q.is_closed() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert q.is_closed()
+    wait_until(q.is_closed, what="the runner's cancel_op to close the queue")
     for c in (a, b):
         c.close()
 
@@ -511,9 +505,7 @@ def test_sem_stopped_server_gives_unavailable(dist: Dist) -> None:
 
     t = threading.Thread(target=consume, name="consumer-of-stopped")
     t.start()
-    deadline = time.monotonic() + 5
-    while q.statistics().waiting_consumers == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: q.statistics().waiting_consumers == 1, what="the consumer to block")
     server = dist.cluster.servers.pop(task)
     t0 = time.monotonic()
     server.stop()
@@ -535,10 +527,24 @@ def test_sem_stopped_server_gives_unavailable(dist: Dist) -> None:
 # The host's protections, driven directly (what the Ray transport relies on)
 
 
-def _host_with_queue(client_timeout: float = 0.2) -> Any:
+class FakeClock:
+    """A monotonic clock the test advances (STYLE 17): the host's delivery
+    ages, client liveness and tombstones read it, so no test sleeps them out."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _host_with_queue(client_timeout: float = 3.0, clock: FakeClock | None = None) -> Any:
     from feedq.distributed._host import Host
 
-    host = Host(fd.TaskName("ps", 0), client_timeout=client_timeout)
+    host = Host(fd.TaskName("ps", 0), client_timeout=client_timeout, clock=clock or FakeClock())
     host.open("queue", ("", "q"), {"kind": "FIFOQueue",
                                    "kwargs": {"capacity": -1, "dtypes": np.int64, "shapes": [[]]}})
     host.call("queue", ("", "q"), "enqueue_many", (np.arange(5),), {"timeout": None})
@@ -546,14 +552,18 @@ def _host_with_queue(client_timeout: float = 0.2) -> Any:
 
 
 def test_host_puts_back_deliveries_of_dead_clients_only() -> None:
-    host = _host_with_queue()
+    clock = FakeClock()
+    host = _host_with_queue(client_timeout=3.0, clock=clock)
     key = ("", "q")
     got = host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c1", "alive")
     host.ack(["c1"])  # received: forgotten
     lost = host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c2", "dying")
     assert got.tolist() == [0, 1] and lost.tolist() == [2, 3]
     assert host.info()["inflight"] == 1
-    time.sleep(0.3)
+    clock.advance(2.9)
+    assert host.reap() == []  # silent, but not for client_timeout yet
+    assert host.info()["inflight"] == 1
+    clock.advance(0.2)
     host.heartbeat("alive")
     assert host.reap() == ["dying"]
     # The dead client's two elements are back at the front, in order; nothing duplicated.
@@ -574,9 +584,7 @@ def test_host_abort_ends_a_blocked_call_losslessly() -> None:
 
     t = threading.Thread(target=blocked, name="blocked-on-host")
     t.start()
-    deadline = time.monotonic() + 5
-    while host.info()["pending_calls"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: host.info()["pending_calls"] == 1, what="the call to block on the host")
     t0 = time.monotonic()
     host.abort(["c9"])
     t.join(5)
@@ -642,9 +650,10 @@ def test_host_abort_before_the_call_starts_is_remembered() -> None:
 def test_host_confirms_an_ack_only_while_it_holds_the_delivery() -> None:
     """A deliverer hands elements out only on a confirmed ack: one that comes
     after the host put them back (dead client, late ack) is refused."""
-    from feedq.distributed._host import Host
+    from feedq.distributed._host import ACK_WINDOW, Host
 
-    host = Host(fd.TaskName("ps", 0), client_timeout=60, ack_window=0.2)
+    clock = FakeClock()
+    host = Host(fd.TaskName("ps", 0), client_timeout=60, clock=clock)
     host.open("queue", ("", "q"), {"kind": "FIFOQueue",
                                    "kwargs": {"capacity": -1, "dtypes": np.int64, "shapes": [[]]}})
     key = ("", "q")
@@ -658,22 +667,27 @@ def test_host_confirms_an_ack_only_while_it_holds_the_delivery() -> None:
     assert host.ack(["c2"]) is False  # ... so the caller must not keep them
     assert host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c3", "me").tolist() \
         == [2, 3]
-    time.sleep(0.3)
+    clock.advance(ACK_WINDOW + 0.1)
     assert host.ack(["c3"]) is False  # too late: back they go, once
     assert host.call("queue", key, "dequeue_many", (4,), {"timeout": 1.0}).tolist() == [2, 3, 4, 5]
     assert host.info()["inflight"] == 0
 
 
 def test_host_reaps_deliveries_never_acknowledged() -> None:
-    from feedq.distributed._host import Host
+    from feedq.distributed._host import ACK_WINDOW, Host
 
-    host = Host(fd.TaskName("ps", 0), client_timeout=60, ack_window=0.1)
+    clock = FakeClock()
+    host = Host(fd.TaskName("ps", 0), client_timeout=60, clock=clock)
     host.open("queue", ("", "q"), {"kind": "FIFOQueue",
                                    "kwargs": {"capacity": -1, "dtypes": np.int64, "shapes": [[]]}})
     key = ("", "q")
     host.call("queue", key, "enqueue_many", (np.arange(3),), {"timeout": None})
     host.call("queue", key, "dequeue_many", (2,), {"timeout": 1.0}, "c1", "alive")
-    time.sleep(0.2)
+    clock.advance(ACK_WINDOW - 0.1)
+    host.heartbeat("alive")
+    host.reap()
+    assert host.info()["inflight"] == 1  # within the window: still out
+    clock.advance(0.2)
     host.heartbeat("alive")
     host.reap()
     assert host.call("queue", key, "dequeue_many", (3,), {"timeout": 1.0}).tolist() == [0, 1, 2]
@@ -698,6 +712,139 @@ def test_host_puts_back_padded_batches_unpadded() -> None:
     got = host.call("queue", key, "dequeue", (), {"timeout": 1}, "cid2", "client")
     host.abort(["cid2"])
     assert host.call("queue", key, "dequeue", (), {"timeout": 1}).tolist() == [4, 5, 6]
+
+
+def test_host_puts_back_a_padded_batch_of_a_dead_client_exactly() -> None:
+    """A padded batch delivered to a client that dies goes back as the rows
+    that were stored (dequeue padded=False, then put_back), behind nothing."""
+    from feedq.distributed._host import Host
+
+    clock = FakeClock()
+    host = Host(fd.TaskName("ps", 0), client_timeout=3.0, clock=clock)
+    key = ("", "q")
+    host.open("queue", key, {"kind": "PaddingFIFOQueue",
+                             "kwargs": {"capacity": 3, "dtypes": [np.int32, np.float32],
+                                        "shapes": [[None], []], "names": ["ids", "w"]}})
+    for ids in ([1, 2, 3], [4], [5, 6]):
+        host.call("queue", key, "enqueue", ({"ids": np.array(ids, np.int32), "w": len(ids)},),
+                  {"timeout": 1})
+    got = host.call("queue", key, "dequeue_up_to", (2,), {"timeout": 1}, "cid", "dying")
+    assert got["ids"].tolist() == [[1, 2, 3], [4, 0, 0]] and got["w"].tolist() == [3, 1]
+    clock.advance(3.5)
+    assert host.reap() == ["dying"]
+    assert host.info()["put_back"] == 1
+    assert [host.call("queue", key, "dequeue", (), {"timeout": 1})["ids"].tolist()
+            for _ in range(3)] == [[1, 2, 3], [4], [5, 6]]
+
+
+def test_host_container_kind_clashes_and_reset() -> None:
+    """One (container, shared_name) holds one resource of one kind: opening
+    or calling it as another kind names both kinds; reset drops a container."""
+    from feedq.distributed._host import Host
+
+    host = Host(fd.TaskName("ps", 0), clock=FakeClock())
+    host.open("variable", ("", "x"), {"initial_value": 1.0})
+    spec = {"kind": "FIFOQueue", "kwargs": {"capacity": 1, "dtypes": np.int64}}
+    with pytest.raises(InvalidArgumentError,
+                       match=r"^Shared resource 'x' is a variable but a queue was requested$"):
+        host.open("queue", ("", "x"), spec)
+    with pytest.raises(InvalidArgumentError,
+                       match=r"^Shared resource 'x' is a variable but a queue was requested$"):
+        host.call("queue", ("", "x"), "size", (), {})
+    host.open("queue", ("c", "x"), spec)  # another container: another resource
+    assert host.info()["resources"] == ["/x", "c/x"]
+    assert host.reset(["c"]) == 1 and host.info()["resources"] == ["/x"]
+    with pytest.raises(NotFoundError, match=r"^Resource c/x does not exist on /job:ps/task:0$"):
+        host.call("queue", ("c", "x"), "size", (), {})
+
+
+def test_host_inline_attempts_do_nothing_when_they_would_wait() -> None:
+    """The Ray actor's inline try: a call that would have to wait raises
+    WouldBlock having inserted and taken nothing; a batch call is never tried
+    inline (with timeout=0 it could move in part)."""
+    from feedq.distributed._host import Host, WouldBlock
+
+    host = Host(fd.TaskName("ps", 0), clock=FakeClock())
+    key = ("", "q")
+    host.open("queue", key, {"kind": "FIFOQueue",
+                             "kwargs": {"capacity": 2, "dtypes": np.int64, "shapes": [[]]}})
+    with pytest.raises(WouldBlock):
+        host.call("queue", key, "dequeue", (), {"timeout": None}, "c1", "me", inline=True)
+    with pytest.raises(WouldBlock):
+        host.call("queue", key, "enqueue_many", (np.arange(3),), {"timeout": None}, "c2", "me",
+                  inline=True)
+    stats = host.call("queue", key, "statistics", (), {})
+    assert (stats.size, stats.enqueued, stats.dequeued, stats.waiting_consumers) == (0, 0, 0, 0)
+    host.call("queue", key, "enqueue", (7,), {"timeout": None}, "c3", "me", inline=True)
+    host.call("queue", key, "enqueue", (8,), {"timeout": None}, "c4", "me", inline=True)
+    with pytest.raises(WouldBlock):
+        host.call("queue", key, "enqueue", (9,), {"timeout": None}, "c5", "me", inline=True)
+    assert host.call("queue", key, "dequeue", (), {"timeout": None}, "c6", "me", inline=True) == 7
+    assert host.ack(["c6"]) is True
+    assert host.info()["pending_calls"] == 0
+    assert host.call("queue", key, "dequeue_many", (1,), {"timeout": 1}).tolist() == [8]
+
+
+def test_host_call_ends_when_the_callers_token_fires() -> None:
+    """An in-process caller's CancelToken ends its call on the host like an
+    abort: the call raises the token's cause and gives back what it held."""
+    from feedq.queues import CancelToken
+
+    host = _host_with_queue()
+    token = CancelToken()
+    call = Bg(host.call, "queue", ("", "q"), "dequeue_many", (8,), {"timeout": 30.0}, "c1",
+              cancel=token, name="feedq-test-cancelled-call")
+    wait_until(lambda: host.info()["pending_calls"] == 1, what="the call to block")
+    token.fire(KeyError("caller left"))
+    assert isinstance(call.exception(), KeyError)
+    assert host.info()["pending_calls"] == 0
+    assert host.call("queue", ("", "q"), "dequeue_many", (5,), {"timeout": 1}).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_stop_record_waits_on_events_for_the_next_generation() -> None:
+    """wait_stop(after=g) skips the stop of generation g (already applied by
+    the watcher), returns at the next stop, and ends when its token fires."""
+    from feedq.distributed._hosted import StopRecord
+    from feedq.queues import CancelToken
+
+    record = StopRecord()
+    assert record.wait_stop(0.0) == (False, None, None, 0)
+    err = ValueError("x")
+    assert record.request_stop(err, "A") and not record.request_stop(None, "B")
+    assert record.wait_stop(None) == (True, err, "A", 0)  # stopped: at once
+    assert record.wait_stop(0.0, after=0) == (True, err, "A", 0)  # generation 0 applied: waits, times out
+    waiter = Bg(record.wait_stop, None, None, 0, name="feedq-test-stop-waiter")
+    record.clear()
+    assert not waiter.done.wait(0.05)  # cleared, not stopped again: still waiting
+    record.request_stop(None, "B")
+    assert waiter.result() == (True, None, "B", 1)
+    token = CancelToken()
+    blocked = Bg(record.wait_stop, None, token, 1, name="feedq-test-stop-cancelled")
+    token.fire(KeyError("closed"))
+    assert isinstance(blocked.exception(), KeyError)
+    assert record._waiters == set()
+
+
+def test_cluster_coordinator_watcher_is_named_and_closes_at_once(dist: Dist) -> None:
+    """The watcher waits in one cancellable call (no long-poll): close()
+    ends it at once; its thread carries the feedq- prefix."""
+    name = dist.name("coord")
+    coord = fd.ClusterCoordinator(name, task=PS1, origin="A")
+
+    def host_info() -> dict[str, Any]:
+        return fd.default_session().info(PS1)
+
+    try:
+        wait_until(lambda: host_info()["pending_calls"] == 1, what="the watcher's wait on the record")
+        names = [t.name for t in threading.enumerate()]
+        assert f"feedq-cluster-coord-{name}-watcher" in names
+    finally:
+        t0 = time.monotonic()
+        coord.close()
+        closed_s = time.monotonic() - t0
+    assert closed_s < 0.5
+    assert not any(t.name.endswith(f"{name}-watcher") for t in threading.enumerate())
+    assert host_info()["pending_calls"] == 0
 
 
 @pytest.mark.parametrize("codec", ["float16", "bfloat16", "int8"])

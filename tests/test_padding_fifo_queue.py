@@ -82,3 +82,40 @@ def test_q38_enqueue_many_rows_share_shape_and_up_to_pads() -> None:
     q.close()
     out = q.dequeue_up_to(10)
     assert out.shape == (3, 5) and out.sum() == 11
+
+
+@pytest.mark.parametrize("op", ["dequeue_many", "dequeue_up_to", "dequeue_available"])
+def test_unpadded_batches_put_back_exactly_and_stack_pads_them(op: str) -> None:
+    """padded=False hands out each element's own rows (what put_back needs to
+    restore a padded batch exactly, e.g. for a remote caller that went away);
+    stack() pads them as the batch dequeue would have (Q37)."""
+    q = PaddingFIFOQueue(5, [np.int32, np.float32], shapes=[[None], [2]], names=["ids", "x"],
+                         padding_values=[-1, 0.0])
+    for ids in ([1, 2], [3], [4, 5, 6]):
+        q.enqueue({"ids": np.array(ids, np.int32), "x": np.full(2, len(ids), np.float32)})
+    rows = getattr(q, op)(2, padded=False)
+    assert rows["ids"].dtype == object and [r.tolist() for r in rows["ids"]] == [[1, 2], [3]]
+    np.testing.assert_array_equal(rows["x"], [[2, 2], [1, 1]])
+    batch = q.stack(rows)
+    np.testing.assert_array_equal(batch["ids"], [[1, 2], [3, -1]])
+    np.testing.assert_array_equal(batch["x"], rows["x"])
+    assert q.size() == 1  # stack touched nothing
+    q.put_back(rows)
+    assert [q.dequeue()["ids"].tolist() for _ in range(3)] == [[1, 2], [3], [4, 5, 6]]
+    assert getattr(q, op)(0, padded=False)["ids"].shape == (0,)
+    q.close()
+    with pytest.raises(OutOfRangeError):
+        getattr(q, op)(1, padded=False)
+
+
+def test_unpadded_single_component_and_fixed_shapes() -> None:
+    one = PaddingFIFOQueue(4, np.int32, shapes=[[None]])
+    one.enqueue(np.array([7, 8], np.int32))
+    one.enqueue(np.array([9], np.int32))
+    rows = one.dequeue_many(2, padded=False)  # a bare object array: one component
+    one.put_back(rows)
+    assert [one.dequeue().tolist() for _ in range(2)] == [[7, 8], [9]]
+    fixed = PaddingFIFOQueue(4, np.int32, shapes=[[2]])
+    fixed.enqueue_many(np.arange(4, dtype=np.int32).reshape(2, 2))
+    got = fixed.dequeue_many(2, padded=False)  # nothing to pad: the usual batch
+    assert got.dtype == np.int32 and got.tolist() == [[0, 1], [2, 3]]

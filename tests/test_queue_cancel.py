@@ -434,23 +434,3 @@ def test_put_back_shuffle_rejoins_the_pool() -> None:
     q.put_back(taken)
     q.close()
     assert sorted(q.dequeue_up_to(10).tolist()) == [0, 1, 2, 3]
-
-
-def test_take_grad_with_a_distributed_abort_event_wakes_when_it_fires() -> None:
-    """feedq.distributed hands take_grad its abort event (until it passes a
-    CancelToken); firing it ends the wait, which no longer polls."""
-    from feedq.distributed._host import _Abort
-
-    acc = ConditionalAccumulator(np.float32, [1])
-    abort = _Abort()
-    bg = Bg(acc._take_grad, 2, None, abort, name="feedq-test-abort")
-    wait_until(lambda: acc.statistics().waiting_takers == 1, what="a taker")
-    assert len(abort._waits_on) == 1
-    abort.fire(lambda: CancelledError("caller went away"))
-    err = bg.exception()
-    assert isinstance(err, CancelledError) and str(err) == "caller went away"
-    assert abort._waits_on == [] and acc.statistics().waiting_takers == 0
-    fired = _Abort()
-    fired.fire(lambda: CancelledError("gone before"))
-    with pytest.raises(CancelledError, match="gone before"):
-        acc._take_grad(1, None, fired)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from feedq.errors import DataLossError, OutOfRangeError, UnimplementedError
+from feedq.errors import DataLossError, MissingExtraError, OutOfRangeError, UnimplementedError
 from feedq.queues import FIFOQueue
 from feedq.readers import (
     FixedLengthRecordReader,
@@ -291,7 +291,12 @@ def test_without_zstandard_a_clear_error_names_the_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, "zstandard", None)  # import fails
     msg = r'^ZSTD compression needs the zstandard package, which is not installed: pip install "feedq\[zstd\]"$'
-    with pytest.raises(UnimplementedError, match=msg):
+    with pytest.raises(MissingExtraError, match=msg) as info:  # the one error for extras
+        TFRecordReader(options="ZSTD")
+    assert info.value.name == "zstandard"  # ImportError.name: the missing module
+    assert isinstance(info.value, ImportError)
+    assert isinstance(info.value.__cause__, ImportError)  # the failed import, kept
+    with pytest.raises(UnimplementedError, match=msg):  # what it raised before, still
         TFRecordReader(options="ZSTD")
     with pytest.raises(UnimplementedError, match=msg):
         TFRecordWriter(tmp_path / "x.zst", "ZSTD")

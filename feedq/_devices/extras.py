@@ -2,7 +2,7 @@
 
 Nothing here imports an extra at module import time: ``import feedq`` stays
 NumPy-only, and the first call that needs an extra imports it or raises one
-:class:`MissingExtraError` that names the pip extra to install.
+:class:`~feedq.errors.MissingExtraError` that names the pip extra to install.
 """
 
 from __future__ import annotations
@@ -11,45 +11,9 @@ import importlib
 import sys
 from types import ModuleType
 
-from feedq.errors import FailedPreconditionError
+from feedq.errors import MissingExtraError
 
-__all__ = ["MissingExtraError", "loaded", "require"]
-
-# module name -> (pip extra, what the user asked for it)
-_EXTRAS = {
-    "torch": "torch",
-    "cupy": "cupy",
-    "tensorflow": "tf",
-}
-
-
-class MissingExtraError(FailedPreconditionError, ImportError):
-    """An optional dependency (an "extra") is not installed.
-
-    Raised on first use of a feature that needs torch, CuPy or TensorFlow when
-    that library cannot be imported; the message names the ``pip install``
-    command. Also an ``ImportError``, so ``except ImportError`` catches it.
-    Not raised at ``import feedq``.
-    """
-
-    @classmethod
-    def for_module(cls, module: str, feature: str) -> MissingExtraError:
-        """The error for ``feature`` needing ``module``, naming its pip extra.
-
-        For scripts that import an extra themselves::
-
-            try:
-                import torch
-            except ImportError:
-                sys.exit(str(feedq.MissingExtraError.for_module("torch", "this script")))
-
-        Args:
-            module: ``"torch"``, ``"cupy"``, ``"tensorflow"`` (or another module).
-            feature: what needs it, for the message.
-        """
-        extra = _EXTRAS.get(module, module)
-        return cls(f"{feature} needs {module}, which is not installed: "
-                   f'pip install "feedq[{extra}]"')
+__all__ = ["loaded", "require"]
 
 
 def require(module: str, feature: str) -> ModuleType:

@@ -11,12 +11,16 @@ An iterable's batches and a padding queue's (whose shapes change from batch
 to batch) are copied into the slot instead: the one host copy there too.
 On a host-only placement nothing is staged: the batch the queue (or the
 iterable) produced is the batch the consumer gets.
+
+Where things live: this module holds :class:`DeviceFeeder`'s set-up,
+placement, life cycle and consumer side; ``feeder_thread`` the loop its
+thread runs (``_FeederThread``, a base class of DeviceFeeder); ``handoff``
+what passes between the two (items, the end marker, the state) and
+:class:`FeederStatistics` (re-exported here).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import itertools
 import logging
 import threading
@@ -35,17 +39,23 @@ from feedq.errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
+from feedq.pipeline import current_pipeline
+from feedq.queues import CancelToken
 
 from .engines import CudaEngine, HostEngine, Slot
 from .extras import require
+from .feeder_thread import _JOIN_S, _FeederThread
+from .handoff import _END, FeederStatistics, _Item, _State
 from .placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
-from .source import BatchSource, stage
+from .source import BatchSource
 from .spec import DeviceLike
-from .structure import Structure, split_bounds
+from .structure import Structure
 from .targets import Targets
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+    from feedq.coordinator import Coordinator
 
 __all__ = ["DeviceFeeder", "FeederStatistics", "ReplicaMode"]
 
@@ -55,69 +65,10 @@ ReplicaMode = Literal["split", "round_robin", "broadcast"]
 _MODES = ("split", "round_robin", "broadcast")
 _OUTPUTS = ("numpy", "torch", "cupy")
 
-# How long close() waits for the feeder and copy threads to stop.
-_JOIN_S = 5.0
-
 _ids = itertools.count(1)
 
 
-# ---------------------------------------------------------------------------
-# Statistics and state
-
-
-class _State(enum.Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    #: the source ended or failed; what is buffered can still be read
-    FINISHED = "finished"
-    CLOSED = "closed"
-
-
-@dataclasses.dataclass(frozen=True)
-class FeederStatistics:
-    """A snapshot of a :class:`DeviceFeeder`.
-
-    Attributes:
-        state: ``"created"``, ``"running"``, ``"finished"`` or ``"closed"``.
-        staged: True when batches go through staging slots and a copy engine.
-        prefetch: most batches buffered for the consumer.
-        buffered: batches buffered now (copied or being copied).
-        slots: staging slots (0 when not staged).
-        batches_read: batches taken from the source.
-        batches_delivered: items returned to the consumer.
-        rows_delivered: rows returned, counted once per row of the source
-            (a broadcast row reaching N replicas counts once).
-        slot_waits: times the feeder thread had to wait for a slot's copies.
-        waiting_for_slot: True while the feeder thread waits for a slot.
-        waiting_for_room: True while the feeder thread waits for the consumer.
-        waiting_consumers: consumers blocked in :meth:`DeviceFeeder.get`.
-    """
-
-    state: str
-    staged: bool
-    prefetch: int
-    buffered: int
-    slots: int
-    batches_read: int
-    batches_delivered: int
-    rows_delivered: int
-    slot_waits: int
-    waiting_for_slot: bool
-    waiting_for_room: bool
-    waiting_consumers: int
-
-
-@dataclasses.dataclass
-class _Item:
-    deliveries: list[tuple[int, list[Any]]]  # (replica, per-component arrays)
-    events: list[Any]
-    rows: int
-
-
-_END = object()
-
-
-class DeviceFeeder:
+class DeviceFeeder(_FeederThread):
     """Feeds batches from a queue or an iterable to one device or to model replicas.
 
     The source is a feedq queue (with ``batch_size``: each batch is one
@@ -174,6 +125,17 @@ class DeviceFeeder:
     One consumer thread at a time. Errors from the source reach the consumer
     after the batches read before them. End of data ends iteration
     (:meth:`get` raises ``OutOfRangeError``).
+
+    Stopping: the feeder thread waits on a queue source with the feeder's own
+    :class:`~feedq.CancelToken` (no timeout, no polling). :meth:`close` fires
+    it, and so does a stop of the coordinator (``coord=``, by default the one
+    of the :class:`~feedq.Pipeline` current where the feeder is created; X5):
+    the blocked dequeue is withdrawn at once and the rows it had collected go
+    back to the front of the queue in order (T3), so nothing is lost. After a
+    coordinator stop the consumer gets the batches already read, then the
+    stop: the error the coordinator recorded (X3), or on a clean stop a
+    ``CancelledError``, which ends iteration quietly (as iterating a pipeline
+    stage does). The feeder does not restart after ``coord.clear_stop()``.
     """
 
     def __init__(
@@ -190,6 +152,7 @@ class DeviceFeeder:
         staging: bool | None = None,
         config: DeviceConfig | None = None,
         name: str | None = None,
+        coord: Coordinator | None = None,
     ) -> None:
         """Creates the feeder and places its targets; the thread starts on first use.
 
@@ -208,6 +171,8 @@ class DeviceFeeder:
                 stages exactly when a target is a GPU.
             config: placement options; defaults to the installed config.
             name: for the thread name, placement log and errors.
+            coord: a coordinator whose stop stops the feeder (see above);
+                ``None``: the coordinator of the current pipeline, if any.
 
         Raises:
             InvalidArgumentError: a target cannot be placed (no soft placement),
@@ -260,7 +225,13 @@ class DeviceFeeder:
         self._items: deque[Any] = deque()  # guarded by self._mutex
         self._buffered = 0  # _Items in self._items; guarded by self._mutex
         self._state = _State.CREATED  # guarded by self._mutex
+        # Set by close(): the feeder thread hands nothing more to the consumer.
         self._stop = threading.Event()
+        # Fired by close() and by a coordinator stop; the feeder thread's
+        # blocking source calls wait with it (one-shot, like the feeder).
+        self._cancel = CancelToken()
+        # What a clean coordinator stop makes get() raise; __next__ recognises it.
+        self._clean_stop = CancelledError(f"{self.name}: the pipeline was stopped")
         self._thread: threading.Thread | None = None
         self._batches_read = 0  # written by the feeder thread only
         self._slot_waits = 0  # written by the feeder thread only
@@ -273,6 +244,13 @@ class DeviceFeeder:
         self._consumer_lock = threading.Lock()
         # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown.
         _scope.register_closeable(self)
+        if coord is None:
+            pipe = current_pipeline()
+            coord = None if pipe is None else pipe.coord
+        self._coord = coord
+        if coord is not None:
+            # Runs now if the coordinator is already stopped; close() removes it.
+            coord.add_stop_callback(self._on_coord_stop)
 
     # -- placement ---------------------------------------------------------
 
@@ -346,6 +324,11 @@ class DeviceFeeder:
             self._stop.set()
             self._not_empty.notify_all()
             self._not_full.notify_all()
+        # Outside the mutex: firing wakes the queue's waiter under the queue's lock.
+        # A dequeue it cancels puts its rows back; the thread then sees _stop.
+        self._cancel.fire(CancelledError(f"{self.name}: feeder is closed"))
+        if self._coord is not None:
+            self._coord.remove_stop_callback(self._on_coord_stop)
         deadline = time.monotonic() + timeout
         alive = []
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -358,6 +341,10 @@ class DeviceFeeder:
         if alive:
             logger.warning("%s: thread(s) %s did not stop within %.1fs", self.name,
                            ", ".join(alive), timeout)
+
+    def _on_coord_stop(self, cause: BaseException | None) -> None:
+        """Coordinator stop callback: cancel the feeder thread's wait (never blocks)."""
+        self._cancel.fire(self._clean_stop if cause is None else cause)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -387,6 +374,10 @@ class DeviceFeeder:
             return self.get()
         except OutOfRangeError:
             raise StopIteration from None
+        except CancelledError as exc:
+            if exc is self._clean_stop:
+                raise StopIteration from None  # a clean stop of the pipeline
+            raise
 
     def get(self, timeout: float | None = None) -> Any:
         """The next item (see the class docstring for its form per mode).
@@ -399,8 +390,10 @@ class DeviceFeeder:
         Raises:
             OutOfRangeError: the source is exhausted.
             DeadlineExceededError: nothing arrived within ``timeout``; nothing is lost.
-            CancelledError: the feeder was closed.
-            Exception: whatever the source raised, after the batches before it.
+            CancelledError: the feeder was closed, or the coordinator stopped
+                cleanly (after the batches read before the stop).
+            Exception: whatever the source raised, or the error a coordinator
+                stop recorded, after the batches read before it.
         """
         wait = resolve_timeout(timeout)
         deadline = None if wait is None else time.monotonic() + wait
@@ -481,110 +474,7 @@ class DeviceFeeder:
             return batches[0]
         return [b for _, b in batches]
 
-    # -- feeder thread -----------------------------------------------------
-
-    def _put(self, item: Any) -> bool:
-        """Hands an item to the consumer; False when closed meanwhile."""
-        with self._mutex:
-            self._waiting_for_room = True
-            try:
-                while self._buffered >= self._prefetch and not self._stop.is_set():
-                    self._not_full.wait()
-            finally:
-                self._waiting_for_room = False
-            if self._stop.is_set():
-                return False
-            self._items.append(item)
-            if isinstance(item, _Item):
-                self._buffered += 1
-            if not isinstance(item, _Item) and self._state is _State.RUNNING:
-                self._state = _State.FINISHED
-            self._not_empty.notify()
-            return True
-
-    def _read(self, slot: Slot | None) -> list[np.ndarray[Any, Any]] | None:
-        """The next batch's components, in ``slot`` when given; None at the end."""
-        structure = self._structure
-        if self._source.queue is not None and structure is not None:
-            return self._source.read_queue(structure, slot, self._engine, self._stop)
-        more, batch = self._source.next_item()
-        if not more:
-            return None
-        where = f"{self.name}: batch {self._batches_read}"
-        if structure is None:
-            structure = Structure.of(batch)
-            arrays = structure.flatten(batch, where)
-            self._setup(structure, [a.dtype for a in arrays])
-            if self._slots:
-                slot = self._slots[0]  # the slots were made just now
-        else:
-            arrays = structure.flatten(batch, where)
-        return arrays if slot is None else stage(arrays, slot, self._engine)
-
-    def _deliver(self, comps: list[np.ndarray[Any, Any]], slot: Slot | None,
-                 index: int) -> _Item:
-        rows = int(comps[0].shape[0])
-        n = len(self._placements)
-        if self._mode is None:
-            plan = [(0, 0, rows)]
-        elif self._mode == "split":
-            plan = [(r, a, b) for r, (a, b) in enumerate(split_bounds(rows, n))]
-        elif self._mode == "broadcast":
-            plan = [(r, 0, rows) for r in range(n)]
-        else:
-            plan = [(index % n, 0, rows)]
-        host_engine = isinstance(self._engine, HostEngine)
-        deliveries = []
-        for r, a, b in plan:
-            out = []
-            for c, comp in enumerate(comps):
-                if slot is None:
-                    out.append(comp if (a, b) == (0, rows) else comp[a:b])
-                elif self._placements[r][c].is_gpu or host_engine:
-                    out.append(self._engine.copy(slot, c, a, b,
-                                                 self._placements[r][c].torch_device))
-                else:
-                    # A host component of a CUDA-staged feeder: the slot will be reused.
-                    out.append(comp[a:b].copy())
-            deliveries.append((r, out))
-        events: list[Any] = []
-        if slot is not None:
-            events = slot.events = self._engine.record()
-        return _Item(deliveries, events, rows)
-
-    def _run(self) -> None:
-        try:
-            if self._staged:
-                self._engine = (CudaEngine(self.name, self._targets.gpus) if self._targets.gpus
-                                else HostEngine(f"feedq-feeder-{self.name}"))
-                self._engine.thread_init()
-            index = 0
-            while not self._stop.is_set():
-                slot = self._slots[index % len(self._slots)] if self._slots else None
-                if slot is not None and slot.events:
-                    # Refill only once the copies out of this slot are done.
-                    self._waiting_for_slot = True
-                    if not self._engine.done(slot.events):
-                        self._slot_waits += 1
-                    self._engine.wait(slot.events, None)
-                    self._waiting_for_slot = False
-                    slot.events = []
-                comps = self._read(slot)
-                if comps is None:
-                    if not self._stop.is_set():
-                        self._put(_END)
-                    return
-                if slot is None and self._slots:
-                    slot = self._slots[0]  # an iterable's first batch was staged in _read
-                item = self._deliver(comps, slot, index)
-                self._batches_read += 1
-                index += 1
-                if not self._put(item):
-                    return
-        except BaseException as exc:  # noqa: BLE001 - every error must reach the consumer
-            self._put(exc)
-        finally:
-            # No more copies will be issued; the copy thread (if any) finishes the
-            # scheduled ones and stops, so a feeder read to its end leaves no thread.
-            if self._engine is not None:
-                self._engine.close(_JOIN_S)
+    def _new_engine(self) -> Any:
+        """The copy engine of a staged feeder, made in the feeder thread."""
+        return (CudaEngine(self.name, self._targets.gpus) if self._targets.gpus
+                else HostEngine(f"feedq-feeder-{self.name}"))

@@ -5,28 +5,50 @@ A queue with fixed shapes is dequeued straight into a staging slot
 change shape from batch to batch, and an iterable's batches are already
 arrays somewhere in memory: both are copied into the slot (:func:`stage`),
 the one host copy there too. Unstaged, the batch is used as it came.
+
+Stopping: the feeder owns a :class:`~feedq.CancelToken` and fires it on
+``close()`` and on a coordinator stop. A queue's dequeue waits with no
+timeout and ``cancel=token``, so the token wakes it at once and the rows it
+had collected go back to the front of the queue in order (T3): no periodic
+wake-up, no partial batch put back and taken again while the queue is short.
+A queue-like object whose calls take no ``cancel=`` (a remote queue) is read
+in waits of at most :data:`UNCANCELLABLE_WAIT_S`, the token checked between
+them. An iterable is asked for its next batch only while the token has not
+fired; a call into it cannot be interrupted (``close()`` reports a thread
+still inside it after its timeout).
 """
 
 from __future__ import annotations
 
-import threading
+import inspect
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from feedq.errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
+from feedq.queues import CancelToken
 
 from .engines import Slot
 from .structure import Structure
 
-__all__ = ["BatchSource", "stage"]
+__all__ = ["UNCANCELLABLE_WAIT_S", "BatchSource", "stage"]
 
-# How long one dequeue blocks before the feeder thread looks at its stop flag
-# again: close() is never slower than this.
-# TODO: replace this re-check with a cancel token from the queue engine, so
-# close() cancels the blocked dequeue at once (the queues' cancellation step).
-POLL_S = 0.05
+#: The longest single wait on a queue-like source whose blocking calls take no
+#: ``cancel=`` token: ``close()`` or a stop is noticed within this time there.
+#: (feedq's own queues take the token and are never polled.)
+UNCANCELLABLE_WAIT_S = 0.25
+
+
+def _takes_cancel(method: Any) -> bool:
+    """Whether ``method`` accepts a ``cancel=`` keyword (feedq queues do)."""
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: assume it does not
+        return False
+    return any((p.name == "cancel" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+               or p.kind is p.VAR_KEYWORD for p in params)
 
 
 class BatchSource:
@@ -51,6 +73,7 @@ class BatchSource:
         self._up_to = up_to
         self.dense = True
         self.queue: Any = None
+        self._cancellable = False  # the queue's dequeue calls take cancel=
         self._iter: Iterator[Any] | None = None
         if hasattr(source, "dequeue_many") and hasattr(source, "dtypes"):
             if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -64,6 +87,8 @@ class BatchSource:
             # fixed slots, so they are staged like an iterable's (one more copy).
             self.dense = all(d is not None for s in shapes for d in s)
             self.queue = source
+            op = source.dequeue_up_to if up_to else source.dequeue_many
+            self._cancellable = _takes_cancel(op)
         else:
             if batch_size is not None:
                 raise ValueError("batch_size is for queue sources; an iterable yields batches")
@@ -73,26 +98,51 @@ class BatchSource:
             self._iter = iter(source)
 
     def read_queue(self, structure: Structure, slot: Slot | None, engine: Any,
-                   stop: threading.Event) -> list[np.ndarray[Any, Any]] | None:
-        """The queue's next batch, in ``slot`` when given; None at the end or on stop."""
+                   cancel: CancelToken) -> list[np.ndarray[Any, Any]] | None:
+        """The queue's next batch, in ``slot`` when given; None at the end.
+
+        Waits for the batch without a timeout (the process default does not
+        apply: the feeder waits for data as long as it runs) until ``cancel``
+        fires.
+
+        Raises:
+            BaseException: ``cancel``'s error once it fired (the cause it was
+                fired with, or ``CancelledError``); the rows the dequeue had
+                collected are back in the queue. Whatever the queue raised.
+        """
         into = slot if self.dense else None
         out = None if into is None else structure.pack(self._slot_buffers(into, engine))
         op = self.queue.dequeue_up_to if self._up_to else self.queue.dequeue_many
-        while not stop.is_set():
-            try:
-                batch = op(self._batch_size, timeout=POLL_S, out=out)
-            except DeadlineExceededError:
-                continue  # nothing lost: the queue puts a partial batch back
-            except OutOfRangeError:
-                return None
-            arrays = structure.flatten(batch, self._name)
-            return arrays if slot is None or into is not None else stage(arrays, slot, engine)
-        return None
+        try:
+            if self._cancellable:
+                batch = op(self._batch_size, timeout=math.inf, out=out, cancel=cancel)
+            else:
+                batch = self._read_in_slices(op, out, cancel)
+        except OutOfRangeError:
+            return None
+        arrays = structure.flatten(batch, self._name)
+        return arrays if slot is None or into is not None else stage(arrays, slot, engine)
 
-    def next_item(self) -> tuple[bool, Any]:
-        """The iterable's next batch as it came: ``(True, batch)``, ``(False, None)`` at the end."""
+    def _read_in_slices(self, op: Any, out: Any, cancel: CancelToken) -> Any:
+        """A queue without ``cancel=``: bounded waits, the token checked between."""
+        while True:
+            if cancel.fired:
+                raise cancel.error()
+            try:
+                return op(self._batch_size, timeout=UNCANCELLABLE_WAIT_S, out=out)
+            except DeadlineExceededError:
+                continue  # nothing lost: the queue puts a partial batch back (T3)
+
+    def next_item(self, cancel: CancelToken) -> tuple[bool, Any]:
+        """The iterable's next batch as it came: ``(True, batch)``, ``(False, None)`` at the end.
+
+        Raises:
+            BaseException: ``cancel``'s error, when it fired before the call.
+        """
         if self._iter is None:
             raise RuntimeError("feeder has neither a queue nor an iterator")
+        if cancel.fired:
+            raise cancel.error()
         try:
             return True, next(self._iter)
         except StopIteration:

@@ -4,8 +4,12 @@
 Parts, one module each:
 
 * ``_cluster``: :class:`ClusterSpec` (dict, JSON, ``TF_CONFIG``) and task names;
-* ``_server`` / ``_host``: :class:`Server`, one per task, holding the task's
-  resource container; on Ray a detached async actor pinned to its node;
+* ``_server``: :class:`Server`, one per task, holding the task's resource
+  container (``_host``: the container and its calls; ``_ledger``: pending
+  calls, deliveries awaiting acknowledgement, client liveness; ``_hosted``:
+  shared variables and the coordinator's stop record);
+* ``_session``: a process's connection; ``_ray``: Ray, the task actor (a
+  detached async actor pinned to its node); ``_transport``: the Ray client;
 * ``_resources``: remote queues of all four kinds, :class:`Variable` and
   :class:`ConditionalAccumulator` handles, opened by ``shared_name`` from any
   process; :class:`replica_device_setter` places them round-robin on ps tasks;

@@ -2,24 +2,28 @@
 
 A :class:`feedq.Coordinator` whose stop is shared through a record held by
 one task: ``request_stop(ex)`` in any process is written there, and a watcher
-thread in every other process, long-polling the record, requests the same
-stop locally within a fraction of a second. Local stop callbacks then run as
-usual, so queue runners in every process cancel their queues (QR7), and
-``join`` re-raises the first error anywhere, with ``.task`` naming the
-process it came from (C3, C6).
+thread in every other process, blocked in one call on the record that
+returns when a stop it has not applied yet is recorded, requests the same
+stop locally at once. Local stop callbacks then run as usual, so queue
+runners in every process cancel their queues (QR7), and ``join`` re-raises
+the first error anywhere, with ``.task`` naming the process it came from
+(C3, C6). ``close`` ends the watcher's call through its CancelToken.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 
 from ..coordinator import Coordinator
 from ..errors import FeedqError, UnavailableError
+from ..queues import CancelToken
 from ._cluster import TaskName
 from ._resources import resolve_task
 from ._session import Session, default_session
@@ -28,8 +32,11 @@ __all__ = ["ClusterCoordinator"]
 
 _LOG = logging.getLogger(__name__)
 
-#: How long one watcher poll waits on the host before asking again.
-_POLL = 1.0
+#: How long a watcher waits before asking again after the record's host
+#: could not be reached (nothing tells it when the host is back).
+_RETRY = 1.0
+#: How long close() waits for the watcher thread to end.
+_CLOSE_JOIN = 5.0
 
 
 def _default_origin() -> str:
@@ -70,12 +77,12 @@ class ClusterCoordinator(Coordinator):
         self._name = name
         self._watch_lock = threading.Lock()
         self._user_closed = False  # guarded by self._watch_lock: close() ran
-        self._closed = threading.Event()  # ends the current watcher
+        self._closed = CancelToken()  # ends the current watcher and its call
         self._watcher = self._start_watcher(self._closed)
 
-    def _start_watcher(self, closed: threading.Event) -> threading.Thread:
+    def _start_watcher(self, closed: CancelToken) -> threading.Thread:
         t = threading.Thread(target=self._watch_remote, args=(closed,), daemon=True,
-                             name=f"ClusterCoordinator-{self._name}-watcher")
+                             name=f"feedq-cluster-coord-{self._name}-watcher")
         t.start()
         return t
 
@@ -89,10 +96,7 @@ class ClusterCoordinator(Coordinator):
         The first stop anywhere wins; its exception (unless clean) is what
         ``join`` raises in every process, with ``.task`` set to its origin.
         """
-        from ..coordinator import _as_exc_info
-
-        exc_info = _as_exc_info(ex)
-        exc = exc_info[1] if exc_info is not None else None
+        exc = _exception_of(ex)
         if exc is not None and isinstance(exc, self.clean_stop_exception_types):
             exc = None
         if exc is not None and getattr(exc, "task", None) is None:
@@ -116,56 +120,59 @@ class ClusterCoordinator(Coordinator):
         # Watch again (join ends the watcher): later stops elsewhere must
         # still reach this process.
         with self._watch_lock:
-            if not self._user_closed and (self._closed.is_set() or not self._watcher.is_alive()):
-                self._closed.set()
-                self._closed = threading.Event()
+            if not self._user_closed and (self._closed.fired or not self._watcher.is_alive()):
+                self._closed.fire()
+                self._closed = CancelToken()
                 self._watcher = self._start_watcher(self._closed)
 
-    def _watch_remote(self, closed: threading.Event) -> None:
+    def _watch_remote(self, closed: CancelToken) -> None:
         # Follows the record's generation (bumped by every clear): each
         # shared stop is applied here once, and the watcher outlives it, so a
         # stop after a clear_stop reaches this process too.
-        applied = -1
-        while not closed.is_set():
+        ended = threading.Event()
+        closed.on_fire(ended.set)
+        applied: int | None = None
+        while not closed.fired:
             try:
+                # Returns once the record holds a stop this watcher has not
+                # applied (another generation than `applied`).
                 stopped, err, origin, generation = self.session.call(
-                    self._task, "coordinator", self._key, "wait_stop", timeout=_POLL)
+                    self._task, "coordinator", self._key, "wait_stop", timeout=math.inf,
+                    after=applied, cancel=closed)
             except UnavailableError as exc:
+                if closed.fired:
+                    return
                 # Without the record the cluster cannot coordinate: stop here.
                 if not self.should_stop():
                     try:
                         super().request_stop(exc)
                     except BaseException:  # noqa: BLE001 - joined already (C8)
                         _LOG.debug("stop after join ignored", exc_info=True)
-                if closed.wait(_POLL):
+                if ended.wait(_RETRY):
                     return
                 continue
-            except Exception:  # noqa: BLE001 - session closed at shutdown
-                if closed.wait(_POLL):
+            except Exception:  # noqa: BLE001 - closed (its token), or the session at shutdown
+                if closed.fired or ended.wait(_RETRY):
                     return
                 continue
-            if not stopped:
+            if not stopped or generation == applied:
                 continue
-            if generation != applied:
-                applied = generation
-                if err is not None:
-                    _tag(err, origin or "another process")
-                if not self.should_stop():
-                    try:
-                        super().request_stop(err)
-                    except BaseException:  # noqa: BLE001 - joined already (C8): nobody to tell
-                        _LOG.debug("stop after join ignored", exc_info=True)
-            # The record stays stopped until someone clears it: poll gently.
-            if closed.wait(_POLL):
-                return
+            applied = generation
+            if err is not None:
+                _tag(err, origin or "another process")
+            if not self.should_stop():
+                try:
+                    super().request_stop(err)
+                except BaseException:  # noqa: BLE001 - joined already (C8): nobody to tell
+                    _LOG.debug("stop after join ignored", exc_info=True)
 
     def close(self) -> None:
         """Stop watching the shared record (the watcher is a daemon thread)."""
         with self._watch_lock:
             self._user_closed = True
-            self._closed.set()
+            self._closed.fire()
             watcher = self._watcher
-        watcher.join(timeout=_POLL + 5.0)
+        watcher.join(timeout=_CLOSE_JOIN)
 
     def join(self, threads: Any = None, stop_grace_period_secs: float = 120,
              ignore_live_threads: bool = False) -> None:
@@ -174,7 +181,26 @@ class ClusterCoordinator(Coordinator):
             super().join(threads, stop_grace_period_secs, ignore_live_threads)
         finally:
             if self.should_stop():
-                self._closed.set()
+                self._closed.fire()
+
+
+def _exception_of(ex: Any) -> BaseException | None:
+    """The exception in ``request_stop``'s argument (C4, X8): an instance, or
+    the value of an exc_info triple (``None`` outside an except block).
+
+    Raises:
+        TypeError: ``ex`` is neither None, an exception instance nor an
+            exc_info triple (as :meth:`feedq.Coordinator.request_stop`).
+    """
+    if ex is None or isinstance(ex, BaseException):
+        return ex
+    if isinstance(ex, tuple) and len(ex) == 3:
+        value, tb = ex[1], ex[2]
+        if value is None:
+            return None
+        if isinstance(value, BaseException) and (tb is None or isinstance(tb, TracebackType)):
+            return value
+    raise TypeError(f"ex must be None, an exception instance or an exc_info triple, got {ex!r}")
 
 
 def _tag(exc: BaseException, origin: str) -> None:

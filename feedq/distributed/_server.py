@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
-import time
 from typing import Any
 
 from ..errors import InvalidArgumentError, UnavailableError
@@ -203,21 +203,16 @@ class Server:
         from ._ray import require_ray
 
         ray = require_ray()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            try:
-                # A bounded join answers near its timeout even if the server
-                # is paused; an unbounded one gives a slow server more time.
-                slack = 10.0 if deadline is None else 1.0
-                if ray.get(self._actor.wait_stopped.remote(step), timeout=step + slack):
-                    return True
-            except ray.exceptions.RayActorError:
-                return True  # the actor is gone: stopped
-            except ray.exceptions.GetTimeoutError:
-                pass  # slow or paused, not stopped: keep waiting
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
+        # One wait on the actor's stop event; the reply (or the actor's death)
+        # completes the future. A bounded join answers near its timeout even
+        # if the server is paused (it is not stopped then: False).
+        future = self._actor.wait_stopped.remote(timeout).future()
+        try:
+            return bool(future.result(timeout=None if timeout is None else timeout + 1.0))
+        except concurrent.futures.TimeoutError:
+            return False
+        except ray.exceptions.RayActorError:
+            return True  # the actor is gone: stopped
 
     def stop(self) -> None:
         """Stop serving: pending and later calls on this task raise

@@ -3,7 +3,7 @@
 Two backends share every rule, because both end in a ``_host.Host``:
 
 * ``"ray"``: each task's Host lives in a detached Ray actor; calls travel
-  through Ray (``_ray.RayTransport``);
+  through Ray (``_transport.RayTransport``);
 * ``"local"``: each task's Host lives in this process, and calls are plain
   method calls. For tests, single-machine runs and examples without Ray.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 from .._defaults import get_default_timeout
 from ..errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
+from ..queues import CancelToken
 from ._cluster import ClusterSpec, TaskName
 from ._host import BLOCKING_OPS, Host
 
@@ -65,7 +66,8 @@ class Session:
         self.namespace = namespace
         self._transport: Any = None
         if backend == "ray":
-            from ._ray import RayTransport, ensure_connected
+            from ._ray import ensure_connected
+            from ._transport import RayTransport
 
             ensure_connected(address, namespace)
             self._transport = RayTransport(namespace)
@@ -93,12 +95,14 @@ class Session:
     # -- calls -------------------------------------------------------------------------
 
     def call(self, task: TaskName, rkind: str, key: tuple[str, str], op: str,
-             *args: Any, **kwargs: Any) -> Any:
+             *args: Any, cancel: CancelToken | None = None, **kwargs: Any) -> Any:
         """Run ``op`` on the resource ``key`` of ``task``'s container.
 
         ``timeout`` (for blocking ops) is resolved here: a per-call value
         wins, then this process's default (:func:`feedq.set_default_timeout`),
-        then the cluster default held by the server (T1).
+        then the cluster default held by the server (T1). Firing ``cancel``
+        ends a blocking call as its caller giving up does (the server
+        abandons it); the call raises the token's error.
         """
         if op in BLOCKING_OPS:
             timeout = kwargs.get("timeout")
@@ -112,8 +116,8 @@ class Session:
             # A call id makes the wait abortable (a stopping server ends it);
             # no client id: in-process results need no acknowledgement.
             call_id = uuid.uuid4().hex if op in BLOCKING_OPS else None
-            return host.call(rkind, key, op, args, kwargs, call_id)
-        return self._transport.call(task, rkind, key, op, args, kwargs)
+            return host.call(rkind, key, op, args, kwargs, call_id, cancel=cancel)
+        return self._transport.call(task, rkind, key, op, args, kwargs, cancel=cancel)
 
     def open(self, task: TaskName, rkind: str, key: tuple[str, str], spec: dict[str, Any]) -> Any:
         """Get or create a resource on ``task`` (atomic per key, Q7)."""

@@ -279,20 +279,10 @@ class ConditionalAccumulator(metaclass=SharedByName):
             DeadlineExceededError: timed out; the state is untouched (A3).
             CancelledError: the accumulator or the call was cancelled.
         """
-        return self._take_grad(num_required, timeout, cancel)
-
-    def _take_grad(self, num_required: int, timeout: float | None, abort: Any = None) -> np.ndarray[Any, Any]:
-        """take_grad; ``abort`` is a CancelToken, or the abort event of a
-        ``feedq.distributed`` host call (a caller that went away must not
-        advance the step) until that code passes CancelTokens."""
         n = int(num_required)
         if n < 1:
             raise InvalidArgumentError(f"Argument num_required must be positive, but was {n}")
-        token, detach = _as_token(abort)
-        try:
-            return self._take(n, resolve_timeout(timeout), token)
-        finally:
-            detach()
+        return self._take(n, resolve_timeout(timeout), cancel)
 
     def _take(self, n: int, wait: float | None, token: CancelToken | None) -> np.ndarray[Any, Any]:
         if token is not None and token.fired:
@@ -380,45 +370,6 @@ class ConditionalAccumulator(metaclass=SharedByName):
             f"ConditionalAccumulator(name={self._name!r}, dtype={self._dtype}, "
             f"shape={_shape_text(self._shape)}, reduction_type={self._reduction!r})"
         )
-
-
-class _LegacyAbort:
-    """Lets a ``feedq.distributed`` abort event fire a CancelToken.
-
-    That event is set, then notifies each object in its ``_waits_on`` list
-    (``with obj._mutex: obj._producer_done.notify_all()``); registered there,
-    this object turns the notification into ``token.fire(abort.error())``, so
-    the accumulator needs no polling. Remove once feedq.distributed passes
-    CancelTokens.
-    """
-
-    def __init__(self, abort: Any, token: CancelToken) -> None:
-        self._abort = abort
-        self._token = token
-        self._mutex = threading.Lock()
-        self._producer_done = self._consumer_done = self
-
-    def notify_all(self) -> None:
-        self._token.fire(self._abort.error())
-
-
-def _as_token(abort: Any) -> tuple[CancelToken | None, Any]:
-    """A CancelToken for ``abort`` and a function that detaches it."""
-    if abort is None or isinstance(abort, CancelToken):
-        return abort, _nothing
-    waits_on = getattr(abort, "_waits_on", None)
-    if waits_on is None:
-        raise TypeError(f"abort must be a CancelToken, got {abort!r}")
-    token = CancelToken()
-    bridge = _LegacyAbort(abort, token)
-    waits_on.append(bridge)  # before the check: a fire from now on reaches the bridge
-    if abort.is_set():
-        token.fire(abort.error())
-    return token, lambda: waits_on.remove(bridge)
-
-
-def _nothing() -> None:
-    pass
 
 
 def _as_shape(shape: Any) -> tuple[int, ...]:

@@ -141,12 +141,6 @@ class QueueEngine(ElementCodec):
         # Re-entrant only so that an undo path interrupted by an asynchronous
         # exception can tell whether it holds the lock (_cancel.hold).
         self._mutex = threading.RLock()
-        # Notified (notify_all) when a producer / consumer attempt finishes or
-        # the state changes. Only for code that waits on the conditions itself
-        # (feedq.distributed until it passes CancelTokens); the engine's own
-        # waits use per-attempt wake-ups.
-        self._producer_done = threading.Condition(self._mutex)
-        self._consumer_done = threading.Condition(self._mutex)
         self._producers: deque[_Enqueue] = deque()  # guarded by self._mutex
         self._consumers: deque[_Dequeue] = deque()  # guarded by self._mutex
         self._state = QueueState.OPEN  # guarded by self._mutex
@@ -332,12 +326,10 @@ class QueueEngine(ElementCodec):
     def _finish_producer(self, att: _Enqueue) -> None:
         att.finished = True
         att.wake()
-        self._producer_done.notify_all()
 
     def _finish_consumer(self, att: _Dequeue) -> None:
         att.finished = True
         att.wake()
-        self._consumer_done.notify_all()
 
     def _flush(self) -> None:
         """Serve the heads of both lines until nothing moves (lock held)."""

@@ -420,7 +420,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         return pack_values([c[0] for c in cols], self._names)
 
     def dequeue_many(
-        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *,
+        cancel: CancelToken | None = None, padded: bool = True,
     ) -> Any:
         """Remove ``n`` elements and return them stacked on a new axis 0 (Q18).
 
@@ -440,6 +441,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 ``out[i][:n]``. Lets a caller dequeue straight into pinned
                 memory. Dense (fully shaped) components only.
             cancel: a token that cancels this call.
+            padded: ``False`` returns each component without a fixed shape
+                (PaddingFIFOQueue) as a 1-D object array holding each
+                element's own array, instead of one padded array: the form
+                :meth:`put_back` restores exactly and :meth:`stack` pads.
+                Fixed-shape components are unaffected.
 
         Raises:
             InvalidArgumentError: ``n < 0``; components without shapes (Q6).
@@ -447,19 +453,21 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 they stay queued (Q27).
             CancelledError, DeadlineExceededError: as :meth:`dequeue`.
         """
-        return self._dequeue_batch(n, timeout, out, False, "dequeue_many", False, cancel)
+        return self._dequeue_batch(n, timeout, out, False, "dequeue_many", False, cancel, padded)
 
     def dequeue_up_to(
-        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *,
+        cancel: CancelToken | None = None, padded: bool = True,
     ) -> Any:
         """Like :meth:`dequeue_many`, but once the queue is closed returns the
         1..n elements that remain (Q21, Q28; a PriorityQueue returns them
         sorted, Q43); ``OutOfRangeError`` when none. The result's leading
         dimension is the number returned."""
-        return self._dequeue_batch(n, timeout, out, True, "dequeue_up_to", False, cancel)
+        return self._dequeue_batch(n, timeout, out, True, "dequeue_up_to", False, cancel, padded)
 
     def dequeue_available(
-        self, n: Count, timeout: float | None = None, out: Any = None, *, cancel: CancelToken | None = None
+        self, n: Count, timeout: float | None = None, out: Any = None, *,
+        cancel: CancelToken | None = None, padded: bool = True,
     ) -> Any:
         """Up to ``n`` elements: as many as can be taken now, waiting only
         while none can (a feedq addition, for streaming stages that want big
@@ -472,7 +480,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             OutOfRangeError: the queue is closed and empty.
             CancelledError, DeadlineExceededError: as :meth:`dequeue`.
         """
-        return self._dequeue_batch(n, timeout, out, True, "dequeue_available", True, cancel)
+        return self._dequeue_batch(n, timeout, out, True, "dequeue_available", True, cancel, padded)
 
     def dequeue_nowait(self) -> Any:
         """:meth:`dequeue` with ``timeout=0``."""
@@ -484,7 +492,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
 
     def _dequeue_batch(
         self, n: Count, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
-        cancel: CancelToken | None,
+        cancel: CancelToken | None, padded: bool = True,
     ) -> Any:
         n = as_count(n)
         if n < 0:
@@ -502,7 +510,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             raise cancel.error()
         outs = self._check_out(out, n) if out is not None else None
         if n == 0:
-            return self._assemble([], 0, outs)
+            return self._batch([], 0, outs, padded)
         if not up_to:
             self._check_batch_feasible(n)
         with self._mutex:
@@ -518,10 +526,41 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                     self._flush()
                 if outs is None and self._all_dense:
                     return chunk[0] if self._single else pack_values(chunk, self._names)
-                return self._assemble([chunk], k, outs)
+                return self._batch([chunk], k, outs, padded)
         att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
         self._run_dequeue(att, timeout)
-        return self._assemble(att.chunks, att.count, outs)
+        return self._batch(att.chunks, att.count, outs, padded)
+
+    def _batch(
+        self, chunks: list[list[np.ndarray[Any, Any]]], count: int,
+        outs: list[np.ndarray[Any, Any]] | None, padded: bool,
+    ) -> Any:
+        if padded or self._all_dense:
+            return self._assemble(chunks, count, outs)
+        # Columns as stored: a component without a fixed shape is an object
+        # array holding each element's own array.
+        cols = []
+        for i, comp in enumerate(self._components):
+            parts = [chunk[i] for chunk in chunks]
+            if not parts:
+                assert comp.shape is not None
+                parts = [np.empty((0, *comp.shape), comp.dtype) if comp.dense else np.empty(0, object)]
+            cols.append(parts[0] if len(parts) == 1 else np.concatenate(parts))
+        return pack_values(cols, self._names)
+
+    def stack(self, vals: Any) -> Any:
+        """The batch that :meth:`dequeue_many` returns for these elements.
+
+        ``vals`` is a batch as :meth:`put_back` takes it (e.g. a
+        ``padded=False`` result); components without a fixed shape are padded
+        as a batch dequeue pads them (PaddingFIFOQueue, Q37). The queue is not
+        touched.
+
+        Raises:
+            ValueError, TypeError, InvalidArgumentError: as :meth:`enqueue_many`.
+        """
+        cols = self._convert_batch(vals, rows=True)
+        return self._assemble([cols], int(cols[0].shape[0]), None)
 
     def _check_batch_feasible(self, n: int) -> None:
         """Hook: reject a batch that can never complete (PriorityQueue)."""
@@ -545,8 +584,6 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             if cancel_pending_enqueues:
                 self._cancel_producers("Enqueue operation was cancelled")
             self._flush()
-            self._producer_done.notify_all()
-            self._consumer_done.notify_all()
 
     def cancel(self, cause: BaseException | None = None) -> None:
         """Close the queue and cancel every call that waits on it.
@@ -573,8 +610,6 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 self._state = QueueState.CLOSING
             self._cancel_producers("Enqueue operation was cancelled")
             self._flush()
-            self._producer_done.notify_all()
-            self._consumer_done.notify_all()
 
     def is_closed(self) -> bool:
         """True once :meth:`close` or :meth:`cancel` was called."""

@@ -48,7 +48,8 @@ reopens the file at the next record.
 
 from __future__ import annotations
 
-from feedq.readers._base import ReaderBase, RecordBlock
+from feedq.readers._base import ReaderBase
+from feedq.readers._block import RecordBlock
 from feedq.readers._crc import masked_crc32c
 from feedq.readers._csv import decode_csv
 from feedq.readers._example import parse_example, parse_single_example

@@ -1,4 +1,4 @@
-"""The reader base class (R1-R9) and :class:`RecordBlock`, the batch-first unit.
+"""The reader base class (R1-R9): work units, counters, errors, state, closing.
 
 A reader is a cursor over work units (filenames) pulled from a queue. The
 primitive is :meth:`ReaderBase.read_block`: it returns up to ``n`` records of
@@ -6,6 +6,10 @@ ONE file as a :class:`RecordBlock` -- one contiguous buffer plus record
 offsets -- so decoders can turn a whole block into columns without making a
 Python object per record (X10). ``read`` and ``read_up_to`` (the TF1 API) are
 built on it and materialise keys and values as NumPy object arrays.
+
+Where the rest lives: :class:`RecordBlock` in ``_block`` (re-exported here),
+the per-file error ``_SkipFile`` in ``_skip``, and the byte side of the
+record readers (``_open_stream_at``, ``_Buffer``) in ``_buffer``.
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
 from feedq import _scope
 from feedq._defaults import resolve_timeout
-from feedq.errors import DataLossError, FeedqError, InvalidArgumentError, NotFoundError
-from feedq.readers._io import INTERRUPTS, ByteStream, Waiter, open_stream
+from feedq.errors import InvalidArgumentError
+from feedq.readers._block import RecordBlock
+from feedq.readers._io import INTERRUPTS, ByteStream, Waiter
+from feedq.readers._skip import _SkipFile
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -43,128 +48,6 @@ class FilenameQueue(Protocol):
     """What a reader needs from a queue: ``dequeue`` of one scalar string (R1)."""
 
     def dequeue(self, timeout: float | None = None) -> Any: ...
-
-
-@dataclass(frozen=True, eq=False)
-class RecordBlock:
-    """Up to ``n`` consecutive records of one work unit, without per-record objects.
-
-    Record ``i`` is ``data[starts[i]:ends[i]]``; its key is
-    ``work_unit + b":" + str(key_ids[i])`` (line number, record index, byte
-    offset or row, depending on the reader). For fixed-length records,
-    ``fixed`` is a ``[k, record_bytes]`` uint8 array (a view of ``data`` when
-    the records are contiguous), which ``decode_raw`` turns into numbers with
-    no per-record loop. For text lines, ``span`` is the byte range of ``data``
-    holding exactly these lines (newlines included), which ``decode_csv``
-    hands to pyarrow in one call.
-
-    Attributes:
-        work_unit: the filename the records come from, as dequeued (bytes).
-        data: the buffer holding the records (read-only bytes).
-        starts: int64 ``[k]`` record starts in ``data``.
-        ends: int64 ``[k]`` record ends in ``data`` (exclusive).
-        key_ids: int64 ``[k]`` the numbers in the keys.
-        fixed: ``[k, L]`` uint8 array when every record has length ``L``, or None.
-        span: ``(start, end)`` of the lines in ``data`` (text blocks only), or None.
-    """
-
-    work_unit: bytes
-    data: bytes
-    starts: np.ndarray
-    ends: np.ndarray
-    key_ids: np.ndarray
-    fixed: np.ndarray | None = None
-    span: tuple[int, int] | None = None
-    bare_keys: bool = False
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def __len__(self) -> int:
-        return int(self.starts.shape[0])
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """int64 ``[k]`` record lengths."""
-        out: np.ndarray = self.ends - self.starts
-        return out
-
-    def keys(self) -> np.ndarray:
-        """The keys as a ``[k]`` object array of bytes (``b"file:id"``)."""
-        if self.bare_keys:
-            # WholeFileReader: the key is the work unit exactly (R15).
-            return _object_array([self.work_unit] * len(self))
-        prefix = self.work_unit + b":"
-        return _object_array([prefix + b"%d" % i for i in self.key_ids.tolist()])
-
-    def values(self) -> np.ndarray:
-        """The records as a ``[k]`` object array of bytes."""
-        cached = self._cache.get("values")
-        if cached is None:
-            if self.fixed is not None and self.fixed.shape[1] == 0:
-                cached = _object_array([b""] * len(self))
-            elif self.fixed is not None:
-                buf = self.fixed.tobytes()
-                width = self.fixed.shape[1]
-                cached = _object_array([buf[i : i + width] for i in range(0, len(buf), width)])
-            else:
-                d = self.data
-                cached = _object_array(
-                    [d[s:e] for s, e in zip(self.starts.tolist(), self.ends.tolist())]
-                )
-            self._cache["values"] = cached
-        return cached
-
-    @staticmethod
-    def concatenate(blocks: list[RecordBlock]) -> RecordBlock:
-        """Join blocks of the same work unit into one (copies the records)."""
-        if len(blocks) == 1:
-            return blocks[0]
-        lengths = np.concatenate([b.lengths for b in blocks])
-        data = b"".join(
-            b.data[int(b.starts[0]) : int(b.ends[-1])] if _dense(b) else b"".join(b.values())
-            for b in blocks
-        )
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
-        fixed = None
-        parts = [b.fixed for b in blocks if b.fixed is not None]
-        if len(parts) == len(blocks) and len({p.shape[1] for p in parts}) == 1:
-            fixed = np.concatenate(parts)
-        return RecordBlock(
-            blocks[0].work_unit,
-            data,
-            starts,
-            ends,
-            np.concatenate([b.key_ids for b in blocks]),
-            fixed=fixed,
-        )
-
-
-def _dense(b: RecordBlock) -> bool:
-    # True when the records are back to back in b.data (no separators).
-    if len(b) == 0:
-        return True
-    return bool(np.all(b.starts[1:] == b.ends[:-1]))
-
-
-def _object_array(items: list[bytes]) -> np.ndarray:
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out
-
-
-def _empty_block(work_unit: bytes) -> RecordBlock:
-    z = np.zeros(0, dtype=np.int64)
-    return RecordBlock(work_unit, b"", z, z, z)
-
-
-class _SkipFile(Exception):
-    """Internal: a per-file error to raise or skip; ``resume`` = offset to go on from."""
-
-    def __init__(self, error: FeedqError, offset: int | None, resume: int | None = None) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.offset = offset
-        self.resume = resume
 
 
 class ReaderBase:
@@ -613,120 +496,3 @@ def _as_work_unit(item: Any) -> bytes:
     raise InvalidArgumentError(
         f"Expected queue with single string component, got {type(item).__name__}"
     )
-
-
-def _not_found(err: NotFoundError) -> _SkipFile:
-    return _SkipFile(err, None)
-
-
-def _data_loss(err: DataLossError, offset: int | None, resume: int | None = None) -> _SkipFile:
-    return _SkipFile(err, offset, resume)
-
-
-def _open_stream_at(
-    work_unit: bytes, compression: str, offset: int, waiter: Waiter | None = None
-) -> ByteStream:
-    """Open a work unit positioned at ``offset``; open errors become per-file skips (R8)."""
-    try:
-        stream = open_stream(work_unit, compression, waiter)
-        if offset and stream.streaming:
-            stream.close()
-            raise DataLossError(
-                f"{stream.name}: a pipe cannot be reopened at offset {offset}"
-            )
-        if offset:
-            stream.skip(offset)
-    except NotFoundError as exc:
-        raise _not_found(exc) from None
-    except DataLossError as exc:
-        raise _data_loss(exc, offset) from None
-    return stream
-
-
-class _Buffer:
-    """A sliding window over a :class:`ByteStream`: ``data[pos:]`` is unread.
-
-    ``base`` is the stream offset of ``data[0]``. Refills compact the window,
-    so its size stays near ``block_bytes`` unless one record is larger.
-
-    A stream error never discards bytes already read: :meth:`fill` keeps
-    them and stores the error in ``error``, and the buffer then behaves as
-    if the stream ended there (``ended``). A reader returns the complete
-    records still buffered, then raises ``error`` where the next record
-    cannot be completed -- once, after every good record before it (R14).
-    """
-
-    def __init__(self, stream: ByteStream, block_bytes: int) -> None:
-        self.stream = stream
-        self.block_bytes = block_bytes
-        self.data = b""
-        self.base = stream.offset
-        self.pos = 0
-        self.error: DataLossError | None = None  # the stream failed after data[-1]
-
-    @property
-    def avail(self) -> int:
-        return len(self.data) - self.pos
-
-    @property
-    def offset(self) -> int:
-        """Stream offset of the next unread byte."""
-        return self.base + self.pos
-
-    @property
-    def ended(self) -> bool:
-        """True when no byte will follow ``data``: end of the stream or an error."""
-        s = self.stream
-        return self.error is not None or s.at_eof or (s.size is not None and s.offset >= s.size)
-
-    @property
-    def at_eof(self) -> bool:
-        """True at a clean end of the stream (never with an error pending)."""
-        s = self.stream
-        return self.error is None and (s.at_eof or (s.size is not None and s.offset >= s.size))
-
-    def fill(self, need: int, *, exact: bool = False) -> bool:
-        """Make at least ``need`` unread bytes available, if the stream has them.
-
-        Reads at least up to ``block_bytes`` when it reads at all, or exactly
-        up to ``need`` with ``exact`` (so fixed-size records end the buffer
-        with nothing left over to copy on the next refill); from a pipe, what
-        has come once ``need`` is met. Returns False
-        when the stream ended -- or failed -- first; never raises: a stream
-        error (corrupt compressed data, an OS read error) is kept in
-        ``error`` with every byte read before it. An interrupted wait for a
-        pipe (``DeadlineExceededError``, ``CancelledError``) propagates, with
-        the bytes read before it kept in the buffer.
-        """
-        if self.avail >= need:
-            return True
-        if self.error is not None or self.stream.at_eof:
-            return False
-        want = (need if exact else max(need, self.block_bytes)) - self.avail
-        short = need - self.avail  # reads from a pipe stop once these came
-        streaming = self.stream.streaming
-        if self.stream.size is not None:
-            # Plain file: never ask for more than the file holds, whatever
-            # a (hostile) length prefix says.
-            want = min(want, max(0, self.stream.size - self.stream.offset))
-        chunks = [self.data[self.pos :]] if self.avail else []
-        self.base += self.pos
-        self.pos = 0
-        got = 0
-        try:
-            while got < want:
-                # Grow in block-sized steps, so a length prefix larger than the
-                # remaining (compressed) data never allocates more than exists.
-                c = self.stream.read(min(want - got, max(self.block_bytes, 1 << 16)))
-                if not c:
-                    break
-                chunks.append(c)
-                got += len(c)
-                if streaming and got >= short:
-                    break  # a pipe: wait for what is needed, not for a whole block
-        except DataLossError as exc:
-            self.error = exc  # reported after the records read so far
-        finally:
-            # Also when a wait for a pipe is interrupted: what came stays here.
-            self.data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-        return self.avail >= need

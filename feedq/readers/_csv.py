@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from feedq.errors import InvalidArgumentError
-from feedq.readers._base import RecordBlock
+from feedq.readers._block import RecordBlock
 
 __all__ = ["decode_csv"]
 

@@ -5,17 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from feedq.errors import DataLossError, NotFoundError
-from feedq.readers._base import (
-    DEFAULT_BLOCK_BYTES,
-    OnError,
-    ReaderBase,
-    RecordBlock,
-    _Buffer,
-    _data_loss,
-    _empty_block,
-    _not_found,
-)
+from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase
+from feedq.readers._block import RecordBlock, _empty_block
+from feedq.readers._buffer import _Buffer
 from feedq.readers._io import INTERRUPTS, normalize_compression, open_stream
+from feedq.readers._skip import _data_loss, _not_found
 
 __all__ = ["FixedLengthRecordReader"]
 

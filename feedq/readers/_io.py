@@ -38,8 +38,8 @@ from feedq.errors import (
     CancelledError,
     DataLossError,
     DeadlineExceededError,
+    MissingExtraError,
     NotFoundError,
-    UnimplementedError,
 )
 
 __all__ = [
@@ -67,15 +67,17 @@ def zstd_module() -> ModuleType:
     """The ``zstandard`` package, imported on first use.
 
     Raises:
-        UnimplementedError: it is not installed (the message names the extra).
+        MissingExtraError: it is not installed (the message names the ``zstd``
+            extra; also an ``UnimplementedError``, as this raised before).
     """
     try:
         import zstandard
-    except ImportError:
-        raise UnimplementedError(
+    except ImportError as exc:
+        raise MissingExtraError(
             "ZSTD compression needs the zstandard package, which is not installed: "
-            'pip install "feedq[zstd]"'
-        ) from None
+            'pip install "feedq[zstd]"',
+            name="zstandard",
+        ) from exc
     return zstandard
 
 
@@ -85,7 +87,7 @@ def normalize_compression(compression: str | int | None) -> str:
 
     Raises:
         ValueError: an unknown name.
-        UnimplementedError: ``"ZSTD"`` without the ``zstandard`` package.
+        MissingExtraError: ``"ZSTD"`` without the ``zstandard`` package.
     """
     if compression is None:
         return ""

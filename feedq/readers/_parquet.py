@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 
 from feedq.errors import DataLossError
-from feedq.readers._base import DEFAULT_BLOCK_BYTES, FilenameQueue, OnError, ReaderBase, _SkipFile
+from feedq.readers._base import DEFAULT_BLOCK_BYTES, FilenameQueue, OnError, ReaderBase
 from feedq.readers._io import path_of
+from feedq.readers._skip import _SkipFile
 
 __all__ = ["ColumnBlock", "ParquetReader"]
 

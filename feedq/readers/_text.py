@@ -5,17 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from feedq.errors import InvalidArgumentError
-from feedq.readers._base import (
-    DEFAULT_BLOCK_BYTES,
-    OnError,
-    ReaderBase,
-    RecordBlock,
-    _Buffer,
-    _data_loss,
-    _empty_block,
-    _open_stream_at,
-)
+from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase
+from feedq.readers._block import RecordBlock, _empty_block
+from feedq.readers._buffer import _Buffer, _open_stream_at
 from feedq.readers._io import INTERRUPTS, normalize_compression
+from feedq.readers._skip import _data_loss
 
 __all__ = ["TextLineReader"]
 

@@ -4,10 +4,10 @@ Framing of one record (little endian)::
 
     uint64 length | uint32 masked_crc32c(length) | data[length] | uint32 masked_crc32c(data)
 
-Reading is block-wise. Records of equal length (the common case: Examples of
-one layout) are located by a vectorised check -- the length fields of a whole
-run are read with one NumPy gather -- so the only per-record Python work is
-the data CRC call into the C library.
+Reading is block-wise: the records of a buffered block, whatever their
+lengths, are located and both CRCs checked by one call of
+``feedq._native.scan_tfrecords`` (compiled, GIL released; a pure-Python twin
+when the extension is not built), so no Python runs per record.
 """
 
 from __future__ import annotations
@@ -23,20 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from feedq import _native
 from feedq.errors import DataLossError, NotFoundError
-from feedq.readers._base import (
-    DEFAULT_BLOCK_BYTES,
-    OnError,
-    ReaderBase,
-    RecordBlock,
-    _Buffer,
-    _data_loss,
-    _empty_block,
-    _open_stream_at,
-    _SkipFile,
-)
-from feedq.readers._crc import crc32c_function, mask_crc_array, masked_crc32c
+from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase
+from feedq.readers._block import RecordBlock, _empty_block
+from feedq.readers._buffer import _Buffer, _open_stream_at
+from feedq.readers._crc import crc32c_function, masked_crc32c
 from feedq.readers._io import normalize_compression, zstd_module
+from feedq.readers._skip import _data_loss, _SkipFile
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -193,58 +187,37 @@ class TFRecordReader(ReaderBase):
         if not self._fill(_HEADER + length + _FOOTER, start):
             raise _data_loss(self._truncated(start), start)
         data = buf.data
-        u8 = np.frombuffer(data, dtype=np.uint8)
-        starts, lengths = _scan(data, u8, buf.pos, n)
-        k = len(starts)
-        # Validate every header (length CRC, vectorised) and every data CRC
-        # (one C call per record) of the block; keep the records before the
-        # first bad one and report it after them (R14).
-        stored = _gather_u32(u8, starts + 8)
-        if k and np.all(lengths == lengths[0]) and np.all(stored == stored[0]):
-            # Identical headers: one CRC decides for all of them.
-            one = _masked_crc8(u8, starts[:1])[0]
-            hbad = np.arange(k) if one != stored[0] else np.zeros(0, dtype=np.int64)
-        else:
-            hbad = np.flatnonzero(_masked_crc8(u8, starts) != stored)
-        kh = int(hbad[0]) if hbad.size else k
-        big = np.flatnonzero(lengths[:kh] > self.max_record_bytes)
-        kh = min(kh, int(big[0])) if big.size else kh
-        mv = memoryview(data)
-        crc = self._crc
-        dstart = starts[:kh] + _HEADER
-        got = np.fromiter(
-            (crc(mv[a:b]) for a, b in zip(dstart.tolist(), (dstart + lengths[:kh]).tolist())),
-            dtype=np.uint32,
-            count=kh,
-        )
-        dbad = np.flatnonzero(mask_crc_array(got) != _gather_u32(u8, dstart + lengths[:kh]))
-        kd = int(dbad[0]) if dbad.size else kh
+        # Every whole record buffered from pos, both CRCs checked, in one call
+        # of the native core (GIL released; its twin without it). It stops at
+        # the first bad record: the good ones before it go out now, the error
+        # after them (R14).
+        scan = _native.scan_tfrecords(data, buf.pos, n, max_record_bytes=self.max_record_bytes)
+        starts, lengths = scan.starts, scan.lengths
         err: _SkipFile | None = None
-        if kd < kh:
-            bad_start = int(buf.base + starts[kd])
+        bad_start = int(buf.base + scan.stop)
+        if scan.status == _native.SCAN_BAD_DATA_CRC:
+            (bad_length,) = struct.unpack_from("<Q", data, scan.stop)
             err = _data_loss(
                 DataLossError(
                     f"{self._fname()}: corrupted record at {bad_start + _HEADER} "
                     f"(data CRC mismatch in the record at {bad_start})"
                 ),
                 bad_start,
-                resume=bad_start + _HEADER + int(lengths[kd]) + _FOOTER,
+                resume=bad_start + _HEADER + int(bad_length) + _FOOTER,
             )
-        elif kh < k:
-            bad_start = int(buf.base + starts[kh])
+        elif scan.status in (_native.SCAN_BAD_LENGTH_CRC, _native.SCAN_LENGTH_TOO_LARGE):
             try:
-                self._header(data, int(starts[kh]), bad_start)
+                self._header(data, scan.stop, bad_start)
             except _SkipFile as exc:
                 err = exc
-        good = min(kd, kh)
-        if good == 0:
-            if err is None:  # pragma: no cover - _scan always returns one record
+        if len(starts) == 0:
+            if err is None:  # pragma: no cover - the first record is whole and its header valid
                 raise AssertionError("empty scan")
             raise err
-        starts, lengths = starts[:good], lengths[:good]
         if err is not None:
             self._pending = err
-        buf.pos = int(starts[-1] + _HEADER + lengths[-1] + _FOOTER)
+        buf.pos = scan.stop
+        u8 = np.frombuffer(data, dtype=np.uint8)
         return self._make_block(wu, data, u8, starts, lengths, int(buf.base))
 
     @staticmethod
@@ -295,101 +268,6 @@ class TFRecordReader(ReaderBase):
             buf.pos = offset - buf.base
         else:
             self._seek(offset, offset)
-
-
-def _scan(data: bytes, u8: np.ndarray, pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Locate up to ``n`` whole records buffered from ``pos`` (headers unchecked).
-
-    A tight scalar loop walks records of varying length. Once four records
-    in a row have the same length (the common case: one Example layout), the
-    rest of that run is confirmed with NumPy -- one comparison of all their
-    headers, each confirmed length placing the next record -- instead of a
-    Python step per record.
-    """
-    end = len(data)
-    chunks_s: list[np.ndarray] = []
-    chunks_l: list[np.ndarray] = []
-    small_s: list[int] = []
-    small_l: list[int] = []
-    s_append, l_append = small_s.append, small_l.append
-    count = 0
-    prev, same = -1, 0
-    unpack = struct.unpack_from
-    while count < n and end - pos >= _HEADER:
-        (length,) = unpack("<Q", data, pos)
-        rec = length + (_HEADER + _FOOTER)
-        if pos + rec > end:
-            break  # not whole in the buffer (or a bad length): the next call decides
-        if length == prev:
-            same += 1
-        else:
-            prev, same = length, 0
-        s_append(pos)
-        l_append(length)
-        count += 1
-        pos += rec
-        if same >= 3 and count < n:
-            limit = min(n - count, (end - pos) // rec)
-            ref = u8[pos - rec : pos - rec + _HEADER]
-            run, window = 0, 64
-            while run < limit:
-                k = min(window, limit - run)
-                at = pos + rec * np.arange(run, run + k, dtype=np.int64)
-                ok = np.all(u8[at[:, None] + _AR12] == ref, axis=1)
-                if ok.all():
-                    run += k
-                    window *= 4
-                else:
-                    run += int(np.argmin(ok))
-                    break
-            if run:
-                chunks_s.append(np.array(small_s, dtype=np.int64))
-                chunks_l.append(np.array(small_l, dtype=np.int64))
-                small_s.clear()
-                small_l.clear()
-                chunks_s.append(pos + rec * np.arange(run, dtype=np.int64))
-                chunks_l.append(np.full(run, length, dtype=np.int64))
-                count += run
-                pos += rec * run
-            same = 0
-    if small_s or not chunks_s:
-        chunks_s.append(np.array(small_s, dtype=np.int64))
-        chunks_l.append(np.array(small_l, dtype=np.int64))
-    if len(chunks_s) == 1:
-        return chunks_s[0], chunks_l[0]
-    return np.concatenate(chunks_s), np.concatenate(chunks_l)
-
-
-_AR12 = np.arange(_HEADER, dtype=np.int64)
-_AR4 = np.arange(4, dtype=np.int64)
-
-
-def _gather_u32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(u8[at[:, None] + _AR4]).view("<u4")[:, 0]
-
-
-def _crc_table() -> np.ndarray:
-    table = np.zeros(256, dtype=np.uint32)
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table[i] = c
-    return table
-
-
-_CRC_TABLE = _crc_table()
-
-
-def _masked_crc8(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Masked CRC32C of the 8 bytes at each offset, for all offsets at once."""
-    if len(at) == 0:
-        return np.zeros(0, dtype=np.uint32)
-    b = u8[at[:, None] + np.arange(8)]
-    crc = np.full(len(at), 0xFFFFFFFF, dtype=np.uint32)
-    for j in range(8):
-        crc = _CRC_TABLE[(crc ^ b[:, j]) & 0xFF] ^ (crc >> np.uint32(8))
-    return mask_crc_array(crc ^ np.uint32(0xFFFFFFFF))
 
 
 def _frame(record: bytes | memoryview) -> list[bytes]:

@@ -5,15 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from feedq.errors import DataLossError, NotFoundError
-from feedq.readers._base import (
-    OnError,
-    ReaderBase,
-    RecordBlock,
-    _data_loss,
-    _empty_block,
-    _not_found,
-)
+from feedq.readers._base import OnError, ReaderBase
+from feedq.readers._block import RecordBlock, _empty_block
 from feedq.readers._io import open_stream
+from feedq.readers._skip import _data_loss, _not_found
 
 __all__ = ["WholeFileReader"]
 

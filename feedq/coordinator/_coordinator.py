@@ -1,37 +1,7 @@
-"""Coordinator and LooperThread: stop, error reporting and joining of threads.
+"""Coordinator: stop, error reporting and joining of threads (C1–C11).
 
-A :class:`Coordinator` is the one place where a set of cooperating threads
-learns that it should stop, where the first error any of them hit is kept,
-and where the main thread waits for all of them (TF1 ``tf.train.Coordinator``,
-spec rules C1–C11). A :class:`LooperThread` runs a function repeatedly, at a
-fixed rate, until the coordinator stops (L1–L4).
-
-Usage::
-
-    coord = feedq.Coordinator()
-    threads = feedq.start_queue_runners(coord=coord)
-    try:
-        with coord.stop_on_exception():
-            while not coord.should_stop():
-                train_step(batch_queue.dequeue_many(32))
-    finally:
-        coord.request_stop()
-        coord.join(threads)  # re-raises the first error any thread reported
-
-Differences from TF1, on purpose:
-
-* ``request_stop(ex)`` records exactly the exception it is given, with its
-  traceback, whether an instance or an ``exc_info`` triple; TF1 recorded
-  whatever ``sys.exc_info()`` held and crashed outside an ``except`` block
-  (C4, X8).
-* ``stop_on_exception()`` requests the stop for ``KeyboardInterrupt`` and
-  ``SystemExit`` too, but lets them propagate instead of swallowing them
-  (C11, X8): Ctrl-C must interrupt the program.
-* ``join()`` is event driven: it wakes when a thread ends or a stop is
-  requested, instead of polling every second (C6, X5).
-* ``add_stop_callback(fn)`` tells other objects of a stop without a thread
-  that waits for it; queue runners use it to cancel their queues, which
-  removes TF1's ``close_on_stop`` thread and the hang of QR11 (X5).
+See :mod:`feedq.coordinator` for the overview and the differences from TF1.
+How an exception is recorded and re-raised lives in ``_stop``.
 """
 
 from __future__ import annotations
@@ -39,23 +9,16 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
-from .errors import OutOfRangeError
+from ..errors import OutOfRangeError
+from ._stop import _as_exc_info, _ExcInfo, _raise, _StopCallback, _StopException, _StopOnException
 
-__all__ = ["Coordinator", "LooperThread"]
+__all__ = ["Coordinator"]
 
-_LOG = logging.getLogger(__name__)
-
-#: An exception as ``request_stop`` accepts it: an instance or an exc_info triple.
-_ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
-_StopException = BaseException | _ExcInfo | tuple[None, None, None] | None
-#: A stop callback receives the recorded exception, or None for a clean stop.
-_StopCallback = Callable[[BaseException | None], object]
+# Named for the public module: log records read "feedq.coordinator".
+_LOG = logging.getLogger("feedq.coordinator")
 
 # How long join() waits for a thread whose run() has already returned to
 # finish its interpreter-level shutdown; it takes microseconds in practice,
@@ -72,57 +35,6 @@ _WATCH_SLICE_SECS = 0.5
 # it re-checks its targets at least this often anyway, so a missed
 # notification can delay it, never hang it.
 _JOIN_RECHECK_SECS = 5.0
-
-
-def _as_exc_info(ex: _StopException) -> _ExcInfo | None:
-    """Normalise ``request_stop``'s argument to an exc_info triple (C4, X8).
-
-    Raises:
-        TypeError: ``ex`` is neither None, an exception instance nor an
-            exc_info triple.
-    """
-    if ex is None:
-        return None
-    if isinstance(ex, BaseException):
-        return (type(ex), ex, ex.__traceback__)
-    if isinstance(ex, tuple) and len(ex) == 3:
-        _, value, tb = ex
-        if value is None:
-            # sys.exc_info() outside an except block: nothing to record.
-            return None
-        if isinstance(value, BaseException) and (tb is None or isinstance(tb, TracebackType)):
-            return (type(value), value, tb)
-    raise TypeError(f"ex must be None, an exception instance or an exc_info triple, got {ex!r}")
-
-
-def _raise(exc_info: _ExcInfo) -> None:
-    """Re-raise a recorded exception with its original traceback."""
-    _, value, tb = exc_info
-    raise value.with_traceback(tb)
-
-
-class _StopOnException:
-    """Context manager returned by :meth:`Coordinator.stop_on_exception`."""
-
-    def __init__(self, coord: Coordinator) -> None:
-        self._coord = coord
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        if exc_type is None or exc is None:
-            return False
-        # After join() this re-raises ``exc`` at once (C8), which propagates it.
-        self._coord.request_stop((exc_type, exc, tb))
-        # X8: the stop is requested, but Ctrl-C and sys.exit() must still end
-        # the program; TF1's bare except swallowed them (C11).
-        return not isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 class Coordinator:
@@ -541,122 +453,3 @@ class Coordinator:
             self._watchers[t] = w
             watchers.append(w)
         return watchers
-
-
-class LooperThread(threading.Thread):
-    """A thread that runs code repeatedly, optionally on a timer (L1–L4).
-
-    Either pass ``target`` (called as ``target(*args, **kwargs)``) or
-    subclass and override :meth:`run_loop`, and optionally
-    :meth:`start_loop` / :meth:`stop_loop`. The thread is a daemon and
-    registers itself with ``coord`` when constructed (L1), so
-    ``coord.join()`` waits for it.
-
-    With ``timer_interval_secs=None`` or ``0``, ``run_loop`` is called back
-    to back until the coordinator stops (checked before every call). Otherwise it is called at once and then at
-    ``start + k * timer_interval_secs`` on the monotonic clock: a fixed rate
-    without drift, however long each call takes (L2). If a call overruns one
-    or more boundaries, those are skipped and the next call happens at the
-    next boundary still ahead (TF1 ran the missed calls back to back). The
-    wait between calls ends as soon as a stop is requested.
-
-    An exception from a hook is reported to the coordinator and ends the
-    thread, without calling :meth:`stop_loop` (L3).
-
-    Args:
-        coord: the coordinator.
-        timer_interval_secs: seconds between calls, or ``None`` (or ``0``,
-            as in TF1) for back to back.
-        target: the function to call; ``None`` for a subclass.
-        args: positional arguments for ``target``.
-        kwargs: keyword arguments for ``target``.
-        name: the thread's name; default ``feedq-looper-<target name>`` (or
-            the subclass's name).
-
-    Raises:
-        ValueError: ``coord`` is not a Coordinator; ``args`` or ``kwargs``
-            without ``target`` (L1); ``timer_interval_secs`` negative, NaN
-            or infinite.
-    """
-
-    def __init__(
-        self,
-        coord: Coordinator,
-        timer_interval_secs: float | None,
-        target: Callable[..., object] | None = None,
-        args: Sequence[Any] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        name: str | None = None,
-    ) -> None:
-        if not isinstance(coord, Coordinator):
-            # L1: TF1 raises ValueError, not TypeError, for this.
-            raise ValueError(f"'coord' argument must be a Coordinator: {coord!r}")  # noqa: TRY004
-        if target is None and (args or kwargs):
-            raise ValueError("'args' and 'kwargs' argument require that you also pass 'target'")
-        if timer_interval_secs is not None:
-            timer_interval_secs = float(timer_interval_secs)
-            if not (timer_interval_secs >= 0 and math.isfinite(timer_interval_secs)):
-                raise ValueError(
-                    f"timer_interval_secs must be a finite number >= 0 or None, "
-                    f"got {timer_interval_secs}"
-                )
-        if name is None:
-            label = getattr(target, "__name__", None) if target is not None else None
-            name = f"feedq-looper-{label or type(self).__name__}"
-        super().__init__(name=name, daemon=True)
-        self._coord = coord
-        self._timer_interval_secs = timer_interval_secs
-        self._loop_target = target
-        self._loop_args: tuple[Any, ...] = tuple(args or ())
-        self._loop_kwargs: dict[str, Any] = dict(kwargs or {})
-        coord.register_thread(self)
-
-    @staticmethod
-    def loop(
-        coord: Coordinator,
-        timer_interval_secs: float | None,
-        target: Callable[..., object],
-        args: Sequence[Any] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-    ) -> LooperThread:
-        """Create a LooperThread calling ``target`` and start it (L4).
-
-        Returns:
-            The started thread.
-        """
-        looper = LooperThread(coord, timer_interval_secs, target=target, args=args, kwargs=kwargs)
-        looper.start()
-        return looper
-
-    def run(self) -> None:
-        """Run the hooks until the coordinator stops (L2, L3)."""
-        with self._coord.stop_on_exception():
-            self.start_loop()
-            interval = self._timer_interval_secs
-            if not interval:  # None or 0: back to back (L2)
-                while not self._coord.should_stop():
-                    self.run_loop()
-            else:
-                start = time.monotonic()
-                k = 0  # index of the boundary of the next call
-                while not self._coord.wait_for_stop(
-                    max(0.0, start + k * interval - time.monotonic())
-                ):
-                    self.run_loop()
-                    # Multiply instead of adding intervals: no accumulated
-                    # float error, hence no drift (L2).
-                    elapsed = time.monotonic() - start
-                    k = max(k + 1, math.floor(elapsed / interval) + 1)
-            self.stop_loop()
-
-    def start_loop(self) -> None:
-        """Called once, in the thread, before the first :meth:`run_loop`."""
-
-    def run_loop(self) -> None:
-        """Called at each tick; by default calls ``target(*args, **kwargs)``."""
-        if self._loop_target is not None:
-            self._loop_target(*self._loop_args, **self._loop_kwargs)
-
-    def stop_loop(self) -> None:
-        """Called once, in the thread, after the last :meth:`run_loop` (not after an error)."""

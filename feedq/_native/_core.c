@@ -1,0 +1,1387 @@
+/*
+ * feedq._native._core: the per-record loops of feedq in C.
+ *
+ *   crc32c / masked_crc32c   CRC32C (Castagnoli), SSE4.2 when the CPU has it,
+ *                            slicing-by-8 tables otherwise.
+ *   scan_tfrecords           TFRecord framing: every complete record of a buffer,
+ *                            both CRCs checked.
+ *   parse_examples           tf.train.Example wire format -> columns.
+ *   pad_ragged               values + row splits -> dense [B, width].
+ *
+ * Every function takes buffers (bytes, memoryview, NumPy arrays) and writes
+ * into preallocated writable buffers or returns bytes; the GIL is released
+ * while a whole buffer is walked. Arguments are validated by the Python layer
+ * (feedq/_native/_api.py), and checked again here so that no input, however
+ * hostile, reads or writes outside a buffer. The pure-Python twin
+ * (feedq/_native/_pure.py) mirrors each function, error codes included.
+ *
+ * Only the CPython API is used (no NumPy headers): a compiler is all the build
+ * needs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define FEEDQ_X86_CRC 1
+#include <nmmintrin.h>
+#endif
+
+/* ------------------------------------------------------------------ bytes */
+
+static inline uint32_t
+load_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static inline uint64_t
+load_le64(const uint8_t *p)
+{
+    return (uint64_t)load_le32(p) | ((uint64_t)load_le32(p + 4) << 32);
+}
+
+static inline void
+store_i64(uint8_t *p, int64_t v)
+{
+    memcpy(p, &v, 8); /* the output buffers are native-endian int64 */
+}
+
+/* ------------------------------------------------------------------ CRC32C */
+
+#define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli polynomial */
+#define MASK_DELTA 0xA282EAD8u
+
+static uint32_t crc_table[8][256];
+
+static void
+crc_init_tables(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc_table[0][i] = c;
+    }
+    /* crc_table[k][i]: byte i followed by k zero bytes */
+    for (int k = 1; k < 8; k++)
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = crc_table[k - 1][i];
+            crc_table[k][i] = (c >> 8) ^ crc_table[0][c & 0xFF];
+        }
+}
+
+/* Slicing-by-8: eight bytes per step, one table lookup per byte. */
+static uint32_t
+crc_sw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint32_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = c ^ load_le32(p);
+        uint32_t hi = load_le32(p + 4);
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+            crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+            crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+    return ~c;
+}
+
+#ifdef FEEDQ_X86_CRC
+/* SSE4.2 `crc32`: compiled for that target only; called only when the CPU
+ * reports it (see PyInit__core). */
+__attribute__((target("sse4.2"))) static uint32_t
+crc_hw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint32_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8(c, *p++);
+        n--;
+    }
+#if defined(__x86_64__)
+    {
+        uint64_t c64 = c;
+        while (n >= 8) {
+            uint64_t v;
+            memcpy(&v, p, 8);
+            c64 = _mm_crc32_u64(c64, v);
+            p += 8;
+            n -= 8;
+        }
+        c = (uint32_t)c64;
+    }
+#endif
+    while (n >= 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        c = _mm_crc32_u32(c, v);
+        p += 4;
+        n -= 4;
+    }
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
+    return ~c;
+}
+#endif
+
+typedef uint32_t (*crc_fn_t)(uint32_t, const uint8_t *, size_t);
+static crc_fn_t crc_fn = crc_sw;
+static int crc_hw_available = 0;
+
+static inline uint32_t
+mask_crc(uint32_t c)
+{
+    return ((c >> 15) | (c << 17)) + MASK_DELTA;
+}
+
+/* Buffers at least this long are checksummed with the GIL released. */
+#define CRC_NOGIL_BYTES 65536
+
+static int
+parse_crc_value(PyObject *obj, uint32_t *out)
+{
+    unsigned long long v;
+    if (obj == NULL) {
+        *out = 0;
+        return 0;
+    }
+    if (!PyLong_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "value must be an int");
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(obj);
+    if ((v == (unsigned long long)-1 && PyErr_Occurred()) || v > 0xFFFFFFFFull) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "value must be in [0, 2**32)");
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static uint32_t
+crc_buffer(uint32_t value, const Py_buffer *b)
+{
+    uint32_t c;
+    if (b->len >= CRC_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc_fn(value, (const uint8_t *)b->buf, (size_t)b->len);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = crc_fn(value, (const uint8_t *)b->buf, (size_t)b->len);
+    }
+    return c;
+}
+
+static PyObject *
+py_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    PyObject *vobj = NULL;
+    uint32_t value, c;
+    if (!PyArg_ParseTuple(args, "y*|O:crc32c", &b, &vobj))
+        return NULL;
+    if (parse_crc_value(vobj, &value) < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    c = crc_buffer(value, &b);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *
+py_masked_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    uint32_t c;
+    if (!PyArg_ParseTuple(args, "y*:masked_crc32c", &b))
+        return NULL;
+    c = crc_buffer(0, &b);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(mask_crc(c));
+}
+
+/* Test hooks: the table path must be testable on a CPU with SSE4.2. */
+static PyObject *
+py_crc32c_sw(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    PyObject *vobj = NULL;
+    uint32_t value, c;
+    if (!PyArg_ParseTuple(args, "y*|O:crc32c_sw", &b, &vobj))
+        return NULL;
+    if (parse_crc_value(vobj, &value) < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    c = crc_sw(value, (const uint8_t *)b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *
+py_use_hardware_crc(PyObject *self, PyObject *args)
+{
+    int on, was;
+    if (!PyArg_ParseTuple(args, "p:use_hardware_crc", &on))
+        return NULL;
+#ifdef FEEDQ_X86_CRC
+    was = crc_fn == crc_hw;
+    crc_fn = (on && crc_hw_available) ? crc_hw : crc_sw;
+#else
+    was = 0;
+#endif
+    return PyBool_FromLong(was);
+}
+
+static PyObject *
+py_crc_implementation(PyObject *self, PyObject *noargs)
+{
+#ifdef FEEDQ_X86_CRC
+    if (crc_fn == crc_hw)
+        return PyUnicode_FromString("sse4.2");
+#endif
+    return PyUnicode_FromString("table");
+}
+
+/* ------------------------------------------------------------------ TFRecord */
+
+enum {
+    SCAN_OK = 0,
+    SCAN_INCOMPLETE = 1,
+    SCAN_BAD_LENGTH_CRC = 2,
+    SCAN_LENGTH_TOO_LARGE = 3,
+    SCAN_BAD_DATA_CRC = 4,
+};
+
+/*
+ * scan_tfrecords(buf, start, max_records, max_record_bytes, check_data_crc,
+ *                out_starts, out_lengths) -> (count, stop, status)
+ *
+ * From `start`, find consecutive records
+ *     uint64 length | uint32 masked_crc(length) | data | uint32 masked_crc(data)
+ * writing each record's start (of its header) and data length as int64. Stops
+ * at max_records or when the output buffers are full (SCAN_OK), at bytes that
+ * are not a whole record (SCAN_INCOMPLETE; not an error), or at the first bad
+ * record, which is not counted: `stop` is its offset. The length is checked
+ * (CRC, then max_record_bytes) before it is used, and compared with the bytes
+ * left without any addition that could overflow.
+ */
+static PyObject *
+py_scan_tfrecords(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, os, ol;
+    Py_ssize_t start, max_records, count = 0, cap;
+    unsigned long long max_bytes;
+    int check, status = SCAN_OK;
+    size_t pos, end;
+    const uint8_t *p;
+    uint8_t *so, *lo;
+    PyObject *res = NULL;
+
+    if (!PyArg_ParseTuple(args, "y*nnKpw*w*:scan_tfrecords", &buf, &start, &max_records,
+                          &max_bytes, &check, &os, &ol))
+        return NULL;
+    if (start < 0 || start > buf.len || max_records < 0) {
+        PyErr_SetString(PyExc_ValueError, "start or max_records out of range");
+        goto done;
+    }
+    cap = os.len / 8 < ol.len / 8 ? os.len / 8 : ol.len / 8;
+    if (max_records < cap)
+        cap = max_records;
+    p = (const uint8_t *)buf.buf;
+    end = (size_t)buf.len;
+    pos = (size_t)start;
+    so = (uint8_t *)os.buf;
+    lo = (uint8_t *)ol.buf;
+
+    Py_BEGIN_ALLOW_THREADS
+    while (count < cap) {
+        size_t rem = end - pos;
+        uint64_t len;
+        if (rem == 0)
+            break;
+        if (rem < 12) {
+            status = SCAN_INCOMPLETE;
+            break;
+        }
+        len = load_le64(p + pos);
+        if (mask_crc(crc_fn(0, p + pos, 8)) != load_le32(p + pos + 8)) {
+            status = SCAN_BAD_LENGTH_CRC;
+            break;
+        }
+        if (len > (uint64_t)max_bytes) {
+            status = SCAN_LENGTH_TOO_LARGE;
+            break;
+        }
+        if (rem < 16 || len > (uint64_t)(rem - 16)) {
+            status = SCAN_INCOMPLETE;
+            break;
+        }
+        if (check && mask_crc(crc_fn(0, p + pos + 12, (size_t)len)) !=
+                         load_le32(p + pos + 12 + (size_t)len)) {
+            status = SCAN_BAD_DATA_CRC;
+            break;
+        }
+        store_i64(so + 8 * count, (int64_t)pos);
+        store_i64(lo + 8 * count, (int64_t)len);
+        count++;
+        pos += 16 + (size_t)len;
+    }
+    Py_END_ALLOW_THREADS
+
+    res = Py_BuildValue("nni", count, (Py_ssize_t)pos, status);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&os);
+    PyBuffer_Release(&ol);
+    return res;
+}
+
+/* ------------------------------------------------------------------ buffers */
+
+/* A read-write buffer owning malloc'd memory: flat outputs are handed to
+ * NumPy (np.frombuffer) without a copy; the memory is freed with the object,
+ * which every view keeps alive. */
+typedef struct {
+    PyObject_HEAD
+    void *buf;
+    Py_ssize_t len;
+} OwnedBuffer;
+
+static int
+owned_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+    OwnedBuffer *ob = (OwnedBuffer *)self;
+    return PyBuffer_FillInfo(view, self, ob->buf, ob->len, 0, flags);
+}
+
+static void
+owned_dealloc(PyObject *self)
+{
+    free(((OwnedBuffer *)self)->buf);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs owned_as_buffer = {owned_getbuffer, NULL};
+
+static PyTypeObject OwnedBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "feedq._native._core.OwnedBuffer",
+    .tp_basicsize = sizeof(OwnedBuffer),
+    .tp_dealloc = owned_dealloc,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory filled by the C core, exposed through the buffer protocol.",
+};
+
+/* Wrap `buf` (malloc'd, `len` bytes; taken over, also on failure). */
+static PyObject *
+owned_buffer(void *buf, size_t len)
+{
+    OwnedBuffer *ob = PyObject_New(OwnedBuffer, &OwnedBufferType);
+    if (ob == NULL) {
+        free(buf);
+        return NULL;
+    }
+    ob->buf = buf;
+    ob->len = (Py_ssize_t)len;
+    return (PyObject *)ob;
+}
+
+/* ------------------------------------------------------------------ Example */
+
+/* Reason codes of a record that is not a valid serialized Example. Protobuf
+ * (upb) rejects exactly these records; the code says which check failed
+ * first. */
+enum {
+    EX_OK = 0,
+    EX_TRUNCATED = 1,      /* a varint, fixed-size value or tag runs past its message */
+    EX_BAD_VARINT = 2,     /* a varint longer than 10 bytes (a length: than 5) */
+    EX_BAD_TAG = 3,        /* a tag longer than 5 bytes, above 2**32, or field number 0 */
+    EX_BAD_WIRE_TYPE = 4,  /* wire type 6 or 7 */
+    EX_BAD_LENGTH = 5,     /* a length-delimited field longer than the rest of its message */
+    EX_BAD_PACKED = 6,     /* packed floats not a multiple of 4 bytes, or a packed varint
+                              crossing the end of its run */
+    EX_BAD_UTF8 = 7,       /* a feature name (map key) that is not UTF-8 */
+    EX_BAD_GROUP = 8,      /* an end-group tag without its start, or a group left open */
+    EX_TOO_DEEP = 9,       /* groups nested beyond protobuf's depth limit */
+    /* not a record error: */
+    EX_RECORD_RANGE = -1,  /* a record's start/length lies outside the buffer */
+    EX_NO_MEMORY = -2,
+};
+
+enum { K_BYTES = 1, K_FLOAT = 2, K_INT64 = 3 };
+
+#define WT_VARINT 0
+#define WT_FIXED64 1
+#define WT_LEN 2
+#define WT_SGROUP 3
+#define WT_EGROUP 4
+#define WT_FIXED32 5
+
+/* protobuf's default recursion budget: messages and groups nested deeper than
+ * 100 levels below the Example are rejected */
+#define DEPTH_LIMIT 100
+#define LVL_EXAMPLE 0
+#define LVL_FEATURES 1
+#define LVL_ENTRY 2
+#define LVL_FEATURE 3
+#define LVL_LIST 4
+
+static int
+rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    if (p < end && *p < 0x80) {
+        *out = *p;
+        *pp = p + 1;
+        return EX_OK;
+    }
+    for (int i = 0; i < 10; i++) {
+        if (p >= end)
+            return EX_TRUNCATED;
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return EX_OK;
+        }
+    }
+    return EX_BAD_VARINT;
+}
+
+/* A varint of at most 5 bytes (tags and lengths). */
+static inline int
+rd_varint5(const uint8_t **pp, const uint8_t *end, uint64_t *out, int too_long)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int i = 0; i < 5; i++) {
+        if (p >= end)
+            return EX_TRUNCATED;
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return EX_OK;
+        }
+    }
+    return too_long;
+}
+
+static inline int
+rd_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wt)
+{
+    uint64_t v;
+    const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) { /* one-byte tag: the common case */
+        v = *p;
+        *pp = p + 1;
+    } else {
+        int e = rd_varint5(pp, end, &v, EX_BAD_TAG);
+        if (e)
+            return e;
+        if (v > 0xFFFFFFFFull)
+            return EX_BAD_TAG;
+    }
+    *field = (uint32_t)(v >> 3);
+    *wt = (int)(v & 7);
+    if (*field == 0)
+        return EX_BAD_TAG;
+    return EX_OK;
+}
+
+/* The length of a length-delimited field; it must fit in [*pp, end). */
+static inline int
+rd_len(const uint8_t **pp, const uint8_t *end, size_t *out)
+{
+    uint64_t v;
+    const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) {
+        v = *p;
+        p++;
+    } else {
+        int e = rd_varint5(&p, end, &v, EX_BAD_VARINT);
+        if (e)
+            return e;
+    }
+    if (v >= 0x7FFFFFFFull || v > (uint64_t)(end - p))
+        return EX_BAD_LENGTH;
+    *pp = p;
+    *out = (size_t)v;
+    return EX_OK;
+}
+
+/* Skip one field whose tag was read: an unknown field, or a known field of an
+ * unexpected wire type (which protobuf also keeps as unknown). `depth` is the
+ * nesting level of the message holding it. */
+static int
+skip_field(const uint8_t **pp, const uint8_t *end, uint32_t field, int wt, int depth)
+{
+    const uint8_t *p = *pp;
+    uint64_t v;
+    size_t n;
+    int e;
+    switch (wt) {
+    case WT_VARINT:
+        e = rd_varint(&p, end, &v);
+        if (e)
+            return e;
+        break;
+    case WT_FIXED64:
+        if (end - p < 8)
+            return EX_TRUNCATED;
+        p += 8;
+        break;
+    case WT_LEN:
+        e = rd_len(&p, end, &n);
+        if (e)
+            return e;
+        p += n;
+        break;
+    case WT_FIXED32:
+        if (end - p < 4)
+            return EX_TRUNCATED;
+        p += 4;
+        break;
+    case WT_SGROUP:
+        if (depth + 1 > DEPTH_LIMIT)
+            return EX_TOO_DEEP;
+        for (;;) {
+            uint32_t f2;
+            int wt2;
+            if (p >= end)
+                return EX_BAD_GROUP; /* the group is never closed */
+            e = rd_tag(&p, end, &f2, &wt2);
+            if (e)
+                return e;
+            if (wt2 == WT_EGROUP) {
+                if (f2 != field)
+                    return EX_BAD_GROUP;
+                break;
+            }
+            e = skip_field(&p, end, f2, wt2, depth + 1);
+            if (e)
+                return e;
+        }
+        break;
+    case WT_EGROUP:
+        return EX_BAD_GROUP; /* an end without a start */
+    default:
+        return EX_BAD_WIRE_TYPE;
+    }
+    *pp = p;
+    return EX_OK;
+}
+
+/* Strict UTF-8 (no overlong forms, no surrogates, at most U+10FFFF), as
+ * protobuf checks proto3 strings. */
+static int
+utf8_valid(const uint8_t *p, size_t n)
+{
+    const uint8_t *end = p + n;
+    while (p < end) {
+        uint8_t b = *p;
+        if (b < 0x80) {
+            p++;
+            continue;
+        }
+        size_t k;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (b >= 0xC2 && b <= 0xDF)
+            k = 1;
+        else if (b == 0xE0) {
+            k = 2;
+            lo = 0xA0;
+        } else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+            k = 2;
+        else if (b == 0xED) {
+            k = 2;
+            hi = 0x9F;
+        } else if (b == 0xF0) {
+            k = 3;
+            lo = 0x90;
+        } else if (b >= 0xF1 && b <= 0xF3)
+            k = 3;
+        else if (b == 0xF4) {
+            k = 3;
+            hi = 0x8F;
+        } else
+            return 0;
+        if ((size_t)(end - p) < k + 1)
+            return 0;
+        if (p[1] < lo || p[1] > hi)
+            return 0;
+        for (size_t j = 2; j <= k; j++)
+            if (p[j] < 0x80 || p[j] > 0xBF)
+                return 0;
+        p += k + 1;
+    }
+    return 1;
+}
+
+#if defined(__GNUC__)
+#define POPCOUNT64(x) __builtin_popcountll(x)
+#define CTZ64(x) __builtin_ctzll(x)
+#define CLZ64(x) __builtin_clzll(x)
+#else
+static int POPCOUNT64(uint64_t x) { int n = 0; while (x) { x &= x - 1; n++; } return n; }
+static int CTZ64(uint64_t x) { int n = 0; while (!(x & 1)) { x >>= 1; n++; } return n; }
+static int CLZ64(uint64_t x) { int n = 0; while (!(x >> 63)) { x <<= 1; n++; } return n; }
+#endif
+
+/* Count the varints of a packed run [p, end), adding to *count: each byte
+ * without the continuation bit ends one. Ten continuation bytes in a row make
+ * a varint too long (EX_BAD_VARINT); the run must end on a varint's last byte
+ * (EX_BAD_PACKED). Eight bytes per step: `run` carries the continuation bytes
+ * at the end of the bytes seen so far. */
+static int
+count_varints(const uint8_t *p, const uint8_t *end, int64_t *count)
+{
+    const uint64_t HI = 0x8080808080808080ull;
+    uint64_t run = 0;
+    int64_t c = 0;
+    while (end - p >= 8) {
+        uint64_t term = ~load_le64(p) & HI; /* flag set: a varint's last byte */
+        p += 8;
+        if (term == 0) {
+            run += 8;
+            if (run >= 10)
+                return EX_BAD_VARINT;
+            continue;
+        }
+        if (run + (uint64_t)(CTZ64(term) >> 3) >= 10)
+            return EX_BAD_VARINT;
+        c += POPCOUNT64(term);
+        run = (uint64_t)(CLZ64(term) >> 3);
+    }
+    for (; p < end; p++) {
+        if (*p & 0x80) {
+            if (++run >= 10)
+                return EX_BAD_VARINT;
+        } else {
+            run = 0;
+            c++;
+        }
+    }
+    if (run)
+        return EX_BAD_PACKED;
+    *count += c;
+    return EX_OK;
+}
+
+/* Validate one list message (BytesList / FloatList / Int64List body) and
+ * count its values. */
+static int
+list_count(const uint8_t *p, const uint8_t *end, int kind, int64_t *count)
+{
+    int64_t c = 0;
+    while (p < end) {
+        uint32_t f;
+        int wt, e;
+        e = rd_tag(&p, end, &f, &wt);
+        if (e)
+            return e;
+        if (f == 1) {
+            if (kind == K_FLOAT && wt == WT_LEN) {
+                size_t n;
+                e = rd_len(&p, end, &n);
+                if (e)
+                    return e;
+                if (n % 4)
+                    return EX_BAD_PACKED;
+                c += (int64_t)(n / 4);
+                p += n;
+                continue;
+            }
+            if (kind == K_FLOAT && wt == WT_FIXED32) {
+                if (end - p < 4)
+                    return EX_TRUNCATED;
+                p += 4;
+                c++;
+                continue;
+            }
+            if (kind == K_INT64 && wt == WT_LEN) {
+                size_t n;
+                e = rd_len(&p, end, &n);
+                if (e)
+                    return e;
+                e = count_varints(p, p + n, &c);
+                if (e)
+                    return e;
+                p += n;
+                continue;
+            }
+            if (kind == K_INT64 && wt == WT_VARINT) {
+                uint64_t v;
+                e = rd_varint(&p, end, &v);
+                if (e)
+                    return e;
+                c++;
+                continue;
+            }
+            if (kind == K_BYTES && wt == WT_LEN) {
+                size_t n;
+                e = rd_len(&p, end, &n);
+                if (e)
+                    return e;
+                p += n;
+                c++;
+                continue;
+            }
+        }
+        e = skip_field(&p, end, f, wt, LVL_LIST);
+        if (e)
+            return e;
+    }
+    *count = c;
+    return EX_OK;
+}
+
+/* The merged Feature of one map entry: protobuf merges every `value` field of
+ * the entry, a kind field of another kind than the current one replaces it
+ * (oneof), one of the same kind appends. */
+typedef struct {
+    int kind;      /* 0: no kind set */
+    int64_t count; /* values of that kind, after the last switch */
+    int64_t first; /* index (among the entry's kind fields) of the first list of the final run */
+    int64_t nseg;  /* kind fields seen */
+    const uint8_t *last, *last_end; /* the body of the last list (the whole final run when
+                                       nseg - first == 1, the usual case) */
+} merged_t;
+
+static int
+feature_walk(const uint8_t *p, const uint8_t *end, merged_t *m)
+{
+    while (p < end) {
+        uint32_t f;
+        int wt, e;
+        e = rd_tag(&p, end, &f, &wt);
+        if (e)
+            return e;
+        if (f >= 1 && f <= 3 && wt == WT_LEN) {
+            size_t n;
+            int64_t c;
+            e = rd_len(&p, end, &n);
+            if (e)
+                return e;
+            e = list_count(p, p + n, (int)f, &c);
+            if (e)
+                return e;
+            if ((int)f != m->kind) {
+                m->kind = (int)f;
+                m->count = 0;
+                m->first = m->nseg;
+            }
+            m->count += c;
+            m->nseg++;
+            m->last = p;
+            m->last_end = p + n;
+            p += n;
+            continue;
+        }
+        e = skip_field(&p, end, f, wt, LVL_FEATURE);
+        if (e)
+            return e;
+    }
+    return EX_OK;
+}
+
+typedef struct {
+    /* request */
+    const uint8_t *name;
+    Py_ssize_t nlen;
+    int kind;
+    Py_ssize_t fixed; /* >= 0: float/int64 column of `fixed` values per record; -1: flat values */
+    uint8_t *col;     /* the column (fixed) */
+    /* per record: the map entry that wins (the last one with this key) */
+    const uint8_t *ent;
+    const uint8_t *ent_end;
+    merged_t m;
+    /* flat output (var-len numeric: values; bytes: (start, end) int64 pairs) */
+    uint8_t *vbuf;
+    size_t vlen, vcap;
+} feat_t;
+
+static int
+vbuf_reserve(feat_t *ft, size_t more)
+{
+    size_t need = ft->vlen + more, cap;
+    uint8_t *nb;
+    if (need <= ft->vcap)
+        return 0;
+    cap = ft->vcap ? ft->vcap : 4096;
+    while (cap < need) {
+        if (cap > ((size_t)-1) / 2)
+            return -1;
+        cap *= 2;
+    }
+    nb = (uint8_t *)realloc(ft->vbuf, cap);
+    if (nb == NULL)
+        return -1;
+    ft->vbuf = nb;
+    ft->vcap = cap;
+    return 0;
+}
+
+/* Pass 1 over a record: validate the whole message as protobuf does, and note
+ * for each requested feature the entry that wins. */
+static int
+example_walk(const uint8_t *p, const uint8_t *end, feat_t *fs, Py_ssize_t nf)
+{
+    Py_ssize_t hint = 0;
+    while (p < end) {
+        uint32_t f;
+        int wt, e;
+        e = rd_tag(&p, end, &f, &wt);
+        if (e)
+            return e;
+        if (!(f == 1 && wt == WT_LEN)) {
+            e = skip_field(&p, end, f, wt, LVL_EXAMPLE);
+            if (e)
+                return e;
+            continue;
+        }
+        size_t n;
+        e = rd_len(&p, end, &n);
+        if (e)
+            return e;
+        /* Features: a repeated map entry field */
+        const uint8_t *q = p, *qe = p + n;
+        p = qe;
+        while (q < qe) {
+            e = rd_tag(&q, qe, &f, &wt);
+            if (e)
+                return e;
+            if (!(f == 1 && wt == WT_LEN)) {
+                e = skip_field(&q, qe, f, wt, LVL_FEATURES);
+                if (e)
+                    return e;
+                continue;
+            }
+            size_t en;
+            e = rd_len(&q, qe, &en);
+            if (e)
+                return e;
+            /* one map entry: key (1), value (2) */
+            const uint8_t *r = q, *re = q + en, *ent = q;
+            const uint8_t *key = NULL;
+            size_t klen = 0;
+            int unknown = 0;
+            merged_t m = {0, 0, 0, 0, NULL, NULL};
+            q = re;
+            while (r < re) {
+                e = rd_tag(&r, re, &f, &wt);
+                if (e)
+                    return e;
+                if (f == 1 && wt == WT_LEN) {
+                    size_t kn;
+                    e = rd_len(&r, re, &kn);
+                    if (e)
+                        return e;
+                    if (!utf8_valid(r, kn))
+                        return EX_BAD_UTF8;
+                    key = r;
+                    klen = kn;
+                    r += kn;
+                } else if (f == 2 && wt == WT_LEN) {
+                    size_t vn;
+                    e = rd_len(&r, re, &vn);
+                    if (e)
+                        return e;
+                    e = feature_walk(r, r + vn, &m);
+                    if (e)
+                        return e;
+                    r += vn;
+                } else {
+                    /* protobuf (upb) keeps an entry with unknown fields out of the map */
+                    e = skip_field(&r, re, f, wt, LVL_ENTRY);
+                    if (e)
+                        return e;
+                    unknown = 1;
+                }
+            }
+            if (unknown)
+                continue;
+            /* A repeated key: the last entry wins. Look from the feature after the
+             * last match: entries usually come in the same order in every record. */
+            for (Py_ssize_t j = 0; j < nf; j++) {
+                Py_ssize_t i = hint + j < nf ? hint + j : hint + j - nf;
+                feat_t *ft = &fs[i];
+                if ((size_t)ft->nlen == klen && (klen == 0 || memcmp(ft->name, key, klen) == 0)) {
+                    ft->ent = ent;
+                    ft->ent_end = re;
+                    ft->m = m;
+                    hint = i + 1 < nf ? i + 1 : 0;
+                    break;
+                }
+            }
+        }
+    }
+    return EX_OK;
+}
+
+/* Decode a varint of at most 8 bytes from 8 readable bytes at p, without a
+ * branch per byte: returns its length (1..8), or 0 for a longer one. */
+static inline int
+varint8(const uint8_t *p, uint64_t *out)
+{
+    uint64_t w = load_le64(p);
+    uint64_t term = ~w & 0x8080808080808080ull;
+    if (term == 0)
+        return 0;
+    int len = (CTZ64(term) >> 3) + 1;
+    uint64_t x = len == 8 ? w : w & ((1ull << (8 * len)) - 1);
+    x &= 0x7F7F7F7F7F7F7F7Full;
+    /* squeeze out bit 7 of every byte */
+    x = (x & 0x000000000000007Full) | ((x & 0x0000000000007F00ull) >> 1) |
+        ((x & 0x00000000007F0000ull) >> 2) | ((x & 0x000000007F000000ull) >> 3) |
+        ((x & 0x0000007F00000000ull) >> 4) | ((x & 0x00007F0000000000ull) >> 5) |
+        ((x & 0x007F000000000000ull) >> 6) | ((x & 0x7F00000000000000ull) >> 7);
+    *out = x;
+    return len;
+}
+
+/* Write the values of one list body [s, se) of `kind` at dst[*j...]; at most
+ * `count` values in all. The body was validated by pass 1; every step is
+ * bounds-checked again all the same (the buffer may be shared). */
+static int
+emit_list(int kind, const uint8_t *s, const uint8_t *se, uint8_t *dst, int64_t *jp,
+          int64_t count, const uint8_t *base)
+{
+    int64_t j = *jp;
+    size_t n;
+    while (s < se) {
+        uint32_t lf;
+        int lwt;
+        if (rd_tag(&s, se, &lf, &lwt))
+            return EX_TRUNCATED;
+        if (lf == 1 && kind == K_FLOAT && (lwt == WT_LEN || lwt == WT_FIXED32)) {
+            size_t cnt;
+            if (lwt == WT_LEN) {
+                if (rd_len(&s, se, &n) || n % 4)
+                    return EX_TRUNCATED;
+                cnt = n / 4;
+            } else {
+                if (se - s < 4)
+                    return EX_TRUNCATED;
+                cnt = 1;
+            }
+            if (j + (int64_t)cnt > count)
+                return EX_TRUNCATED;
+#if (defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) || defined(_WIN32)
+            memcpy(dst + 4 * j, s, 4 * cnt);
+#else
+            for (size_t t = 0; t < cnt; t++) {
+                uint32_t u = load_le32(s + 4 * t);
+                memcpy(dst + 4 * (j + (int64_t)t), &u, 4);
+            }
+#endif
+            j += (int64_t)cnt;
+            s += 4 * cnt;
+        } else if (lf == 1 && kind == K_INT64 && (lwt == WT_LEN || lwt == WT_VARINT)) {
+            /* one varint, or a packed run of them (possibly empty) */
+            int one = lwt == WT_VARINT;
+            const uint8_t *ve = se;
+            if (!one) {
+                if (rd_len(&s, se, &n))
+                    return EX_TRUNCATED;
+                ve = s + n;
+            }
+            while (one || s < ve) {
+                uint64_t v;
+                int len;
+                if (j >= count)
+                    return EX_TRUNCATED;
+                if (ve - s >= 8 && (len = varint8(s, &v)) != 0)
+                    s += len;
+                else if (rd_varint(&s, ve, &v))
+                    return EX_TRUNCATED;
+                store_i64(dst + 8 * j, (int64_t)v);
+                j++;
+                if (one)
+                    break;
+            }
+        } else if (lf == 1 && kind == K_BYTES && lwt == WT_LEN) {
+            if (rd_len(&s, se, &n) || j >= count)
+                return EX_TRUNCATED;
+            store_i64(dst + 16 * j, (int64_t)(s - base));
+            store_i64(dst + 16 * j + 8, (int64_t)(s + n - base));
+            j++;
+            s += n;
+        } else if (skip_field(&s, se, lf, lwt, LVL_LIST)) {
+            return EX_TRUNCATED;
+        }
+    }
+    *jp = j;
+    return EX_OK;
+}
+
+/* Pass 2 for one feature of one record: write the values of the winning
+ * entry's final run of lists -- the one list pass 1 noted, or (after a merge)
+ * every list from the run's first, found by walking the entry again.
+ * `base` is the buffer start (bytes values are returned as offsets into it). */
+static int
+emit_values(feat_t *ft, int64_t row, const uint8_t *base)
+{
+    const merged_t *m = &ft->m;
+    int kind = m->kind;
+    int64_t j = 0;
+    size_t esize = kind == K_FLOAT ? 4 : kind == K_INT64 ? 8 : 16;
+    uint8_t *dst;
+    int e;
+
+    if (m->count == 0)
+        return EX_OK; /* an empty list: nothing to write */
+    if (ft->fixed >= 0) {
+        dst = ft->col + (size_t)row * (size_t)ft->fixed * esize;
+    } else {
+        if (vbuf_reserve(ft, (size_t)m->count * esize) < 0)
+            return EX_NO_MEMORY;
+        dst = ft->vbuf + ft->vlen;
+    }
+    if (m->nseg - m->first == 1) {
+        e = emit_list(kind, m->last, m->last_end, dst, &j, m->count, base);
+        if (e)
+            return e;
+    } else {
+        const uint8_t *r = ft->ent, *re = ft->ent_end;
+        int64_t seg = 0;
+        while (r < re) {
+            uint32_t f;
+            int wt;
+            size_t n;
+            if (rd_tag(&r, re, &f, &wt))
+                return EX_TRUNCATED;
+            if (!(f == 2 && wt == WT_LEN)) {
+                if (skip_field(&r, re, f, wt, LVL_ENTRY))
+                    return EX_TRUNCATED;
+                continue;
+            }
+            if (rd_len(&r, re, &n))
+                return EX_TRUNCATED;
+            const uint8_t *q = r, *qe = r + n;
+            r = qe;
+            while (q < qe) {
+                if (rd_tag(&q, qe, &f, &wt))
+                    return EX_TRUNCATED;
+                if (!(f >= 1 && f <= 3 && wt == WT_LEN)) {
+                    if (skip_field(&q, qe, f, wt, LVL_FEATURE))
+                        return EX_TRUNCATED;
+                    continue;
+                }
+                if (rd_len(&q, qe, &n))
+                    return EX_TRUNCATED;
+                const uint8_t *ls = q;
+                q += n;
+                if (seg++ < m->first)
+                    continue;
+                if ((int)f != kind)
+                    return EX_TRUNCATED; /* cannot happen after pass 1 */
+                e = emit_list(kind, ls, q, dst, &j, m->count, base);
+                if (e)
+                    return e;
+            }
+        }
+    }
+    if (j != m->count)
+        return EX_TRUNCATED;
+    if (ft->fixed < 0)
+        ft->vlen += (size_t)j * esize;
+    return EX_OK;
+}
+
+/*
+ * parse_examples(buf, starts, lengths, names, kinds, fixed, cols,
+ *                out_kinds, out_counts) -> (error_index, error_code, flats)
+ *
+ * buf: the records' buffer; starts, lengths: int64 [B]; names: tuple of F
+ * bytes; kinds: bytes of F kind codes (1 bytes, 2 float, 3 int64); fixed:
+ * tuple of F ints (>= 0: values per record, written into cols[f], a writable
+ * [B * fixed] float32/int64 buffer, for records of that kind and count; -1:
+ * flat values); out_kinds: writable int8 [F * B] (kind found, 0 = missing);
+ * out_counts: writable int64 [F * B] (values found, of whatever kind).
+ * flats: tuple of F writable buffers (float32/int64 values, or int64 (start,
+ * end) pairs for bytes features) or None for fixed columns. Parsing stops at
+ * the first record that is not a valid Example: error_index (else -1) and a
+ * reason code EX_*. Negative codes are not record errors: -1 a record outside
+ * the buffer (error_index says which), -2 out of memory.
+ */
+static PyObject *
+py_parse_examples(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, bs, bl, bk, bc, bkinds;
+    PyObject *names, *fixed, *cols, *res = NULL, *flats = NULL;
+    Py_buffer *colviews = NULL;
+    feat_t *fs = NULL;
+    Py_ssize_t nf = 0, ncols = 0, B, i;
+    int64_t err_index = -1;
+    int err = EX_OK;
+
+    if (!PyArg_ParseTuple(args, "y*y*y*O!y*O!O!w*w*:parse_examples", &buf, &bs, &bl,
+                          &PyTuple_Type, &names, &bkinds, &PyTuple_Type, &fixed,
+                          &PyTuple_Type, &cols, &bk, &bc))
+        return NULL;
+    B = bs.len / 8;
+    nf = PyTuple_GET_SIZE(names);
+    if (bl.len != bs.len || PyTuple_GET_SIZE(fixed) != nf || PyTuple_GET_SIZE(cols) != nf ||
+        bkinds.len != nf || bk.len < nf * B || bc.len < nf * B * 8) {
+        PyErr_SetString(PyExc_ValueError, "parse_examples: inconsistent argument sizes");
+        goto done;
+    }
+    fs = (feat_t *)calloc(nf ? (size_t)nf : 1, sizeof(feat_t));
+    colviews = (Py_buffer *)calloc(nf ? (size_t)nf : 1, sizeof(Py_buffer));
+    if (fs == NULL || colviews == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < nf; i++) {
+        feat_t *ft = &fs[i];
+        PyObject *nm = PyTuple_GET_ITEM(names, i);
+        PyObject *col = PyTuple_GET_ITEM(cols, i);
+        if (!PyBytes_Check(nm)) {
+            PyErr_SetString(PyExc_TypeError, "parse_examples: names must be bytes");
+            goto done;
+        }
+        ft->name = (const uint8_t *)PyBytes_AS_STRING(nm);
+        ft->nlen = PyBytes_GET_SIZE(nm);
+        ft->kind = ((const uint8_t *)bkinds.buf)[i];
+        ft->fixed = PyLong_AsSsize_t(PyTuple_GET_ITEM(fixed, i));
+        if (ft->fixed == -1 && PyErr_Occurred())
+            goto done;
+        if (ft->kind < K_BYTES || ft->kind > K_INT64 || ft->fixed < -1 ||
+            (ft->kind == K_BYTES && ft->fixed != -1)) {
+            PyErr_SetString(PyExc_ValueError, "parse_examples: bad feature kind or size");
+            goto done;
+        }
+        if (ft->fixed >= 0) {
+            size_t es = ft->kind == K_FLOAT ? 4 : 8;
+            if (PyObject_GetBuffer(col, &colviews[i], PyBUF_WRITABLE) < 0)
+                goto done;
+            ncols = i + 1;
+            if (ft->fixed > 0 && (size_t)colviews[i].len / es / (size_t)ft->fixed < (size_t)B) {
+                PyErr_SetString(PyExc_ValueError, "parse_examples: a column is too small");
+                goto done;
+            }
+            ft->col = (uint8_t *)colviews[i].buf;
+        } else {
+            ncols = i + 1; /* colviews[i] stays zeroed: nothing to release */
+        }
+    }
+
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *base = (const uint8_t *)buf.buf;
+    int8_t *okind = (int8_t *)bk.buf;
+    uint8_t *ocount = (uint8_t *)bc.buf;
+    for (int64_t r = 0; r < B && !err; r++) {
+        int64_t s, l;
+        memcpy(&s, (const uint8_t *)bs.buf + 8 * r, 8);
+        memcpy(&l, (const uint8_t *)bl.buf + 8 * r, 8);
+        for (i = 0; i < nf; i++) {
+            fs[i].ent = NULL;
+            okind[i * B + r] = 0;
+            store_i64(ocount + 8 * (i * B + r), 0);
+        }
+        if (s < 0 || l < 0 || s > (int64_t)buf.len || l > (int64_t)buf.len - s) {
+            err = EX_RECORD_RANGE;
+            err_index = r;
+            break;
+        }
+        err = example_walk(base + s, base + s + l, fs, nf);
+        if (err) {
+            err_index = r;
+            break;
+        }
+        for (i = 0; i < nf && !err; i++) {
+            feat_t *ft = &fs[i];
+            if (ft->ent == NULL || ft->m.kind == 0)
+                continue; /* missing (no entry, or a Feature with no kind) */
+            okind[i * B + r] = (int8_t)ft->m.kind;
+            store_i64(ocount + 8 * (i * B + r), ft->m.count);
+            if (ft->m.kind != ft->kind || (ft->fixed >= 0 && ft->m.count != ft->fixed))
+                continue; /* the caller reports it */
+            err = emit_values(ft, r, base);
+            if (err)
+                err_index = r;
+        }
+    }
+    Py_END_ALLOW_THREADS
+
+    if (err == EX_NO_MEMORY) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    flats = PyTuple_New(nf);
+    if (flats == NULL)
+        goto done;
+    for (i = 0; i < nf; i++) {
+        PyObject *o;
+        if (fs[i].fixed >= 0) {
+            o = Py_None;
+            Py_INCREF(o);
+        } else {
+            void *mem = fs[i].vbuf;
+            if (fs[i].vlen < fs[i].vcap) { /* give back what the last doubling left over */
+                void *shrunk = realloc(mem, fs[i].vlen ? fs[i].vlen : 1);
+                if (shrunk != NULL)
+                    mem = shrunk;
+            }
+            fs[i].vbuf = NULL; /* owned by the buffer object now */
+            if (mem == NULL && (mem = malloc(1)) == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            o = owned_buffer(mem, fs[i].vlen);
+            if (o == NULL)
+                goto done;
+        }
+        PyTuple_SET_ITEM(flats, i, o);
+    }
+    res = Py_BuildValue("LiO", (long long)err_index, err, flats);
+done:
+    Py_XDECREF(flats);
+    if (fs != NULL)
+        for (i = 0; i < nf; i++)
+            free(fs[i].vbuf);
+    if (colviews != NULL)
+        for (i = 0; i < ncols; i++)
+            if (colviews[i].obj != NULL)
+                PyBuffer_Release(&colviews[i]);
+    free(fs);
+    free(colviews);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bl);
+    PyBuffer_Release(&bkinds);
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bc);
+    return res;
+}
+
+/* ------------------------------------------------------------------ padding */
+
+/*
+ * pad_ragged(values, itemsize, splits, width, pad, out) -> None
+ *
+ * Row i of out ([B, width] items of `itemsize` bytes) is values[splits[i]:
+ * splits[i+1]] followed by copies of `pad`. splits: int64 [B+1],
+ * non-decreasing, within values, rows no longer than width (ValueError
+ * otherwise).
+ */
+static PyObject *
+py_pad_ragged(PyObject *self, PyObject *args)
+{
+    Py_buffer bv, bs, bp, bo;
+    Py_ssize_t itemsize, width, B, nvals;
+    int bad = 0;
+    PyObject *res = NULL;
+    if (!PyArg_ParseTuple(args, "y*ny*ny*w*:pad_ragged", &bv, &itemsize, &bs, &width, &bp, &bo))
+        return NULL;
+    B = bs.len / 8 - 1;
+    if (itemsize <= 0 || width < 0 || B < 0 || bp.len != itemsize || bv.len % itemsize ||
+        (B > 0 && width > 0 && bo.len / itemsize / width < B)) {
+        PyErr_SetString(PyExc_ValueError, "pad_ragged: inconsistent argument sizes");
+        goto done;
+    }
+    nvals = bv.len / itemsize;
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *sp = (const uint8_t *)bs.buf;
+    int64_t prev;
+    memcpy(&prev, sp, 8);
+    if (prev < 0 || prev > nvals)
+        bad = 1;
+    for (Py_ssize_t i = 0; i < B && !bad; i++) {
+        int64_t nxt;
+        memcpy(&nxt, sp + 8 * (i + 1), 8);
+        if (nxt < prev || nxt > nvals || nxt - prev > width) {
+            bad = 1;
+            break;
+        }
+        uint8_t *row = (uint8_t *)bo.buf + (size_t)i * (size_t)width * (size_t)itemsize;
+        size_t n = (size_t)(nxt - prev) * (size_t)itemsize;
+        if (n)
+            memcpy(row, (const uint8_t *)bv.buf + (size_t)prev * (size_t)itemsize, n);
+        if (itemsize == 8) {
+            uint64_t pv;
+            memcpy(&pv, bp.buf, 8);
+            for (Py_ssize_t k = nxt - prev; k < width; k++)
+                memcpy(row + 8 * (size_t)k, &pv, 8);
+        } else if (itemsize == 4) {
+            uint32_t pv;
+            memcpy(&pv, bp.buf, 4);
+            for (Py_ssize_t k = nxt - prev; k < width; k++)
+                memcpy(row + 4 * (size_t)k, &pv, 4);
+        } else {
+            for (Py_ssize_t k = nxt - prev; k < width; k++)
+                memcpy(row + (size_t)k * (size_t)itemsize, bp.buf, (size_t)itemsize);
+        }
+        prev = nxt;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "pad_ragged: bad row splits");
+        goto done;
+    }
+    res = Py_None;
+    Py_INCREF(res);
+done:
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bp);
+    PyBuffer_Release(&bo);
+    return res;
+}
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef methods[] = {
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int: CRC32C, extending value."},
+    {"masked_crc32c", py_masked_crc32c, METH_VARARGS, "masked_crc32c(data) -> int: TFRecord's masked CRC32C."},
+    {"crc32c_sw", py_crc32c_sw, METH_VARARGS, "crc32c by slicing-by-8 tables (tests)."},
+    {"use_hardware_crc", py_use_hardware_crc, METH_VARARGS,
+     "use_hardware_crc(on) -> bool: switch the CPU's crc32 instruction on/off (tests); returns the old setting."},
+    {"crc_implementation", py_crc_implementation, METH_NOARGS, "'sse4.2' or 'table'."},
+    {"scan_tfrecords", py_scan_tfrecords, METH_VARARGS, "TFRecord framing (see feedq._native)."},
+    {"parse_examples", py_parse_examples, METH_VARARGS, "tf.train.Example parsing (see feedq._native)."},
+    {"pad_ragged", py_pad_ragged, METH_VARARGS, "values + row splits -> dense (see feedq._native)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "feedq._native._core",
+    "feedq's compiled per-record loops (use feedq._native, not this module).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__core(void)
+{
+    crc_init_tables();
+#ifdef FEEDQ_X86_CRC
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) {
+        crc_hw_available = 1;
+        crc_fn = crc_hw;
+    }
+#endif
+    if (PyType_Ready(&OwnedBufferType) < 0)
+        return NULL;
+    return PyModule_Create(&moduledef);
+}
