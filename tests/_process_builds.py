@@ -196,3 +196,9 @@ def torch_rows(worker_index: int, num_workers: int) -> Any:
     produced = feedq.slice_input_producer({"row": rows, "label": labels, "worker": worker},
                                           num_epochs=1, shuffle=False)
     return feedq.batch(produced, batch_size=8, num_threads=1, allow_smaller_final_batch=True)
+
+
+def worker_infos(worker_index: int, num_workers: int) -> Iterator[np.ndarray]:
+    """One batch: what get_worker_info() says in this worker and epoch."""
+    info = _info()
+    yield np.array([info.index, info.num_workers, info.epoch, info.seed, info.shard_seed()], np.int64)

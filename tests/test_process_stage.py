@@ -252,6 +252,12 @@ def test_endless_epochs() -> None:
         assert stage.epochs is None
 
 
+def test_workers_know_their_index_epoch_and_seed() -> None:
+    with process_stage(builds.worker_infos, 2, epochs=2, seed=7) as stage:
+        got = [b.tolist() for _ in range(2) for b in stage]
+    assert got == [[w, 2, e, 7, 7 + 1_000_003 * e + w] for e in range(2) for w in range(2)]
+
+
 # -- feedq pipelines in the workers -------------------------------------------------------
 
 

@@ -95,3 +95,18 @@ def test_a_process_stage_as_the_source_of_a_dataloader() -> None:
             rows += r.tolist()
     assert sorted(rows) == list(range(100))
     assert np.array_equal(np.sort(rows), np.arange(100))
+
+
+@pytest.mark.parametrize("staging", [False, True])
+def test_a_device_feeder_reads_a_process_stage(staging: bool) -> None:
+    # staging=True: each batch is copied once, from the shared-memory view
+    # into the feeder's staging slot (pinned memory on a GPU); the view is
+    # dropped then, so the worker's slots come back (nothing retained).
+    with feedq.process_stage(builds.feedq_rows, 2) as stage:
+        with feedq.DeviceFeeder(stage, device="cpu", staging=staging, output="numpy") as feeder:
+            rows = [int(v) for r, _label in feeder for v in r]
+        stats = stage.statistics()
+    assert sorted(rows) == list(range(100))
+    assert stats.received == stats.produced
+    if staging:
+        assert stats.retained == 0
