@@ -245,6 +245,19 @@ def test_dequeue_crosses_epochs_then_ends() -> None:
     assert [(t[1], t[0]) for t in tags(got)] == [(e, w) for e in range(2) for w in round_robin([3, 4])]
 
 
+def test_peek_returns_the_next_batch_without_taking_it() -> None:
+    with process_stage(builds.counting, 1, epochs=2) as stage:
+        peeked = stage.peek(timeout=30)
+        assert stage.peek() is peeked
+        assert tags([peeked]) == [(0, 0, 0)]
+        assert tags(list(stage)) == [(0, 0, s) for s in range(3)]  # the peeked one first
+        assert tags([stage.peek(timeout=30)]) == [(0, 1, 0)]  # starts epoch 1
+        assert tags([stage.dequeue(timeout=30)]) == [(0, 1, 0)]
+        assert tags(list(stage)) == [(0, 1, 1), (0, 1, 2)]
+        with pytest.raises(OutOfRangeError):
+            stage.peek()
+
+
 def test_endless_epochs() -> None:
     with process_stage(builds.counting, 1, epochs=None) as stage:
         for epoch in range(4):

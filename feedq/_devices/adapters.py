@@ -130,9 +130,13 @@ def as_tf_dataset(source: Any, batch_size: int | None = None, *,
     """A ``tf.data.Dataset`` of the source's batches (NumPy through a host feeder).
 
     For a queue the output signature comes from its dtypes and shapes (the
-    batch dimension is ``None`` with ``allow_smaller_final_batch``); for an
-    iterable pass ``output_signature`` as ``tf.data.Dataset.from_generator``
-    expects it. TensorFlow copies each batch into its own tensors.
+    batch dimension is ``None`` with ``allow_smaller_final_batch``); for a
+    process stage from its first batch (``peek``: the batch dimension
+    ``None``); for another iterable pass ``output_signature`` as
+    ``tf.data.Dataset.from_generator`` expects it. TensorFlow copies each
+    batch into its own tensors. Each pass over the dataset iterates the
+    source again: one epoch of a process stage, so Keras ``fit(epochs=N)``
+    needs no ``steps_per_epoch`` on a stage made with ``epochs=N``.
 
     Raises:
         MissingExtraError: TensorFlow is not installed.
@@ -140,6 +144,8 @@ def as_tf_dataset(source: Any, batch_size: int | None = None, *,
     """
     tf = require("tensorflow", "feedq.as_tf_dataset")
     is_queue = hasattr(source, "dequeue_many") and hasattr(source, "dtypes")
+    if output_signature is None and not is_queue and callable(getattr(source, "peek", None)):
+        output_signature = _signature_of_batch(tf, source.peek())  # a process stage
     if output_signature is None:
         if not is_queue:
             raise ValueError("an iterable source needs output_signature=")
@@ -167,6 +173,20 @@ def as_tf_dataset(source: Any, batch_size: int | None = None, *,
             feeder.close()
 
     return tf.data.Dataset.from_generator(generate, output_signature=output_signature)
+
+
+def _signature_of_batch(tf: Any, batch: Any) -> Any:
+    """TensorSpecs of a batch's structure, the batch dimension left open."""
+    def spec(x: Any) -> Any:
+        x = np.asarray(x)
+        dtype = tf.string if x.dtype.kind in "OSU" else tf.as_dtype(x.dtype)
+        return tf.TensorSpec(shape=(None, *x.shape[1:]) if x.ndim else (), dtype=dtype)
+
+    if isinstance(batch, Mapping):
+        return {k: spec(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return tuple(spec(v) for v in batch)
+    return spec(batch)
 
 
 def to_cupy(batch: Any, device: DeviceLike = None) -> Any:

@@ -374,6 +374,7 @@ class ProcessStage:
         self._arrivals: deque[int] = deque()
         self._held: list[_Held] = []
         self._current: _Held | None = None
+        self._peeked: Any = None  # a batch peek() took, returned by the next take
         self._serial = 0
         self._takes = 0
         self._ready = 0
@@ -491,6 +492,7 @@ class ProcessStage:
             rec.raw = None
         self._held.clear()
         self._current = None
+        self._peeked = None
 
     def __enter__(self) -> ProcessStage:
         return self
@@ -739,6 +741,9 @@ class ProcessStage:
     def _take(self, timeout: float | None, stream: bool) -> Any:
         with self._take_lock:
             self._check_usable()
+            if self._peeked is not None:
+                batch, self._peeked = self._peeked, None
+                return batch
             self._release_current()
             self._reclaim()
             wait = resolve_timeout(timeout)
@@ -859,6 +864,32 @@ class ProcessStage:
             return self._take(timeout, stream=True)
         except _EpochEnd:
             raise OutOfRangeError(self._end_message()) from None
+
+    def peek(self, timeout: float | None = None) -> Any:
+        """The next batch of the epoch, without taking it: the next
+        ``dequeue()`` or iteration returns it (the adapters read a batch's
+        structure this way). Starts the next epoch if this one is over.
+
+        Raises:
+            OutOfRangeError: no batch left (the last epoch was read, or this
+                epoch is empty).
+            DeadlineExceededError, CancelledError, UnavailableError: as
+                :meth:`dequeue`.
+        """
+        with self._take_lock:
+            if self._peeked is not None:
+                return self._peeked
+            self._check_usable()
+            if self._epoch_done:
+                if not self._more_epochs():
+                    raise OutOfRangeError(self._end_message())
+                self._start_next_epoch()
+        try:
+            batch = self._take(timeout, stream=False)
+        except _EpochEnd:
+            raise OutOfRangeError(f"epoch {self._epoch} of the process stage is empty") from None
+        self._peeked = batch
+        return batch
 
     def _end_message(self) -> str:
         n = self._epochs
