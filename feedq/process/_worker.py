@@ -163,6 +163,7 @@ class _Worker:
     # -- control thread ---------------------------------------------------------
 
     def control(self) -> None:
+        """The control thread: the parent's messages, and its death."""
         ppid = os.getppid()
         while True:
             try:
@@ -185,8 +186,8 @@ class _Worker:
                     if self.pipe is not None:
                         self.pipe.stop()
                 self.changed.notify_all()
-            if kind == "stop":
-                return
+            # After a stop, keep watching: should the parent die before this
+            # worker has finished stopping, nobody else would end it.
 
     def parent_gone(self) -> None:
         """The parent died: remove our segments' names and leave at once
