@@ -13,6 +13,7 @@ import gc
 import itertools
 import sys
 import threading
+import time
 import types
 from collections import Counter
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 import feedq
 from feedq.errors import (
     CancelledError,
+    DataLossError,
     DeadlineExceededError,
     InvalidArgumentError,
     OutOfRangeError,
@@ -178,6 +180,26 @@ def test_release_gives_the_slot_back_once_unreferenced() -> None:
         stage.release()
         assert stage.statistics().held == 0
         assert int(stage.dequeue(timeout=30)[0]) == 1
+
+
+def test_a_slot_overwritten_under_the_consumer_is_a_data_loss_error() -> None:
+    # The worker never writes a slot the consumer owns; simulate a writer
+    # that does (a bug, or a foreign process) by bumping the generation in a
+    # queued batch's slot header: the take checks it.
+    import struct
+
+    from feedq.process._worker import HEADER_FORMAT, MAGIC
+
+    with process_stage(builds.many, 1) as stage:
+        handle = stage._handles[0]
+        deadline = time.monotonic() + 30
+        while not handle.inbox and time.monotonic() < deadline:
+            stage._pump(0.1)
+        _, _, slot, seg, gen, nbytes, _, _ = handle.inbox[0]
+        struct.pack_into(HEADER_FORMAT, seg.mm, 0, MAGIC, gen + 1, nbytes, 0)
+        with pytest.raises(DataLossError, match=rf"slot {slot} holds generation {gen + 1} .* the worker "
+                                               rf"announced {gen} .*overwritten while the consumer owned it"):
+            stage.dequeue(timeout=30)
 
 
 # -- order ------------------------------------------------------------------------------
