@@ -61,7 +61,7 @@ def _queue_producer(q: Any, nbytes: int, stop: Any) -> None:
 def measure_shm(nbytes: int, seconds: float, copy: bool) -> float:
     """GB/s through a process stage (1 worker)."""
     build = functools.partial(repeat_batch, nbytes)
-    with feedq.process_stage(build, 1, epochs=1, prefetch=2, copy=copy) as stage:
+    with feedq.process_stage(build, 1, epochs=1, copy=copy) as stage:  # automatic prefetch
         it = iter(stage)
         for _ in range(5):
             next(it)  # warm-up: slots made and faulted in

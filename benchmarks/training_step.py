@@ -76,19 +76,13 @@ def transform_block(x: np.ndarray, rounds: int) -> np.ndarray:
 
 def calibrate(target_us: float) -> int:
     """Rounds of :func:`augment` for about ``target_us`` a record in
-    :func:`transform_block` (fastest of a few tries: the least disturbed)."""
-    block = np.random.default_rng(0).random((256, 32)).astype(np.float32)
-
-    def per_record(rounds: int) -> float:
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            transform_block(block, rounds)
-            best = min(best, time.perf_counter() - t0)
-        return best / len(block) * 1e6
-
-    base, slope = per_record(0), (per_record(20) - per_record(0)) / 20
-    return max(1, round((target_us - base) / slope))
+    :func:`transform_block`: refined a few times on the fastest of several
+    timings (the least disturbed by other load)."""
+    rounds = 10
+    for _ in range(4):
+        measured = timed_record(rounds)
+        rounds = max(1, round(rounds * target_us / measured))
+    return rounds
 
 
 def build(files: list[str], rounds: int, worker_index: int, num_workers: int) -> Any:
@@ -336,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
 def timed_record(rounds: int) -> float:
     row = np.random.default_rng(0).random((256, 32)).astype(np.float32)
     best = float("inf")
-    for _ in range(5):
+    for _ in range(7):
         t0 = time.perf_counter()
         transform_block(row, rounds)
         best = min(best, time.perf_counter() - t0)

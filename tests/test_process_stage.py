@@ -121,6 +121,22 @@ def test_structures_round_trip() -> None:
     assert got[1]["text"][0, 1] == "é"
 
 
+def test_automatic_prefetch_keeps_more_small_batches_in_flight() -> None:
+    from feedq.process._worker import auto_slots
+
+    assert [auto_slots(n) for n in (32 << 10, 1 << 20, 8 << 20, 64 << 20)] == [18, 10, 4, 4]
+    with process_stage(builds.many, 1) as stage:  # 8 KB batches: a ring of 16 + 2
+        it = iter(stage)
+        first = next(it)
+        deadline = time.monotonic() + 30
+        while stage.statistics().segments < 18 and time.monotonic() < deadline:
+            stage._pump(0.05)  # the worker fills every slot but the one we hold
+        time.sleep(0.2)
+        stage._pump(0.05)
+        assert stage.statistics().segments == 18  # and no more
+        assert int(first[0]) == 0 and [int(b[0]) for b in it] == list(range(1, 40))
+
+
 def test_slots_grow_for_bigger_batches() -> None:
     with process_stage(builds.growing, 1, prefetch=1) as stage:
         sizes = []

@@ -60,7 +60,16 @@ from ..errors import (
 from ..pipeline import current_pipeline
 from . import _layout
 from ._shm import Segment, new_token, sweep, unlink
-from ._worker import HEADER, HEADER_FORMAT, MAGIC, SlotReturns, WorkerConfig, worker_main
+from ._worker import (
+    EXTRA_SLOTS,
+    HEADER,
+    HEADER_FORMAT,
+    MAGIC,
+    MAX_SLOTS,
+    SlotReturns,
+    WorkerConfig,
+    worker_main,
+)
 
 __all__ = [
     "ORDERS",
@@ -237,8 +246,10 @@ class _Held:
 class _Handle:
     """The consumer's side of one worker."""
 
-    def __init__(self, index: int, process: Any, conn: Any, returns: SlotReturns) -> None:
+    def __init__(self, index: int, process: Any, conn: Any, returns: SlotReturns,
+                 slots: int) -> None:
         self.index = index
+        self.slots = slots  # the ring's size (the worker says, with prefetch=None)
         self.process = process
         self.conn = conn
         self.returns = returns
@@ -321,7 +332,7 @@ class ProcessStage:
         order: str = "deterministic",
         epochs: int | None = 1,
         seed: int | None = None,
-        prefetch: int = 2,
+        prefetch: int | None = None,
         start_method: str | None = None,
         copy: bool = False,
     ) -> None:
@@ -333,8 +344,9 @@ class ProcessStage:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
         if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
             raise ValueError(f"epochs must be an int >= 1 or None (endless), got {epochs!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
+                                     or prefetch < 1):
+            raise ValueError(f"prefetch must be an int >= 1 or None (automatic), got {prefetch!r}")
         method = start_method or default_start_method()
         if method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {method!r}")
@@ -353,7 +365,7 @@ class ProcessStage:
         self._order = order
         self._epochs = epochs
         self._seed = seed
-        self._slots = prefetch + 2
+        self._slots = None if prefetch is None else prefetch + EXTRA_SLOTS
         self._method = method
         self._copy = copy
         self._token = new_token()
@@ -401,7 +413,7 @@ class ProcessStage:
                 close_fds = [h.conn.fileno() for h in self._handles] if self._method == "fork" else []
                 if self._method == "fork":
                     close_fds.append(parent_conn.fileno())
-                returns = SlotReturns(ctx, self._slots)
+                returns = SlotReturns(ctx, self._slots or MAX_SLOTS)
                 config = WorkerConfig(
                     build=self._build, index=i, num_workers=self._num, epochs=self._epochs,
                     seed=self._seed, parent_pid=self._parent_pid, token=self._token,
@@ -413,7 +425,8 @@ class ProcessStage:
                     process.start()
                 finally:
                     child_conn.close()
-                self._handles.append(_Handle(i, process, parent_conn, returns))
+                self._handles.append(_Handle(i, process, parent_conn, returns,
+                                             self._slots or MAX_SLOTS))
         except BaseException:
             self._closed = True
             self._shutdown()
@@ -578,6 +591,9 @@ class ProcessStage:
         elif kind == "hello":
             h.hello = True
             return
+        elif kind == "slots":
+            h.slots = msg[1]
+            return
         elif kind == "done":
             h.done = True
             return
@@ -624,10 +640,9 @@ class ProcessStage:
             else:
                 still.append(rec)
         self._held = still
-        spare = self._slots - 2
         for h in self._handles:
             pinned = [r for r in still if r.worker == h.index and not r.retained]
-            while len(pinned) > spare:
+            while len(pinned) > h.slots - EXTRA_SLOTS:
                 self._retain(pinned.pop(0))
 
     def _give_back(self, rec: _Held) -> None:
@@ -974,7 +989,7 @@ def process_stage(
     order: str = "deterministic",
     epochs: int | None = 1,
     seed: int | None = None,
-    prefetch: int = 2,
+    prefetch: int | None = None,
     start_method: str | None = None,
     copy: bool = False,
 ) -> ProcessStage:
@@ -1027,7 +1042,10 @@ def process_stage(
             epoch.
         seed: given to ``build`` through ``get_worker_info().seed``
             (``shard_seed()`` mixes in the worker and epoch).
-        prefetch: batches each worker may have ready ahead of the consumer.
+        prefetch: batches each worker may have ready ahead of the consumer;
+            ``None`` chooses from the first batch's size: about 8 MiB of
+            batches, 2 to 16 of them (small batches need more in flight:
+            each costs a message).
         start_method: ``"forkserver"`` (default on Linux), ``"spawn"``
             (default elsewhere), or ``"fork"`` (fast to start, but forks this
             process's threads' state: only when nothing else runs threads).

@@ -12,6 +12,7 @@ the segments it created and exits at once.
 Messages, worker -> parent (all small; payloads never travel in them):
 
 * ``("hello", pid)``
+* ``("slots", n)``: the ring's size, chosen from the first batch (``prefetch=None``);
 * ``("seg", name)``: a segment is about to be created under ``name`` (so
   the parent can unlink it should the worker die before using it);
 * ``("batch", epoch, slot, name, generation, nbytes, tree, descs)``, with
@@ -127,13 +128,30 @@ class WorkerConfig:
     seed: int | None
     parent_pid: int
     token: str
-    slots: int
+    slots: int | None  # None: chosen from the first batch's size
     returns: SlotReturns
     close_fds: list[int] = field(default_factory=list)
 
 
 class _Stopped(Exception):
     """The parent asked the worker to stop (internal)."""
+
+
+#: With ``prefetch=None`` a worker prefetches about this many bytes, in
+#: batches: many small ones (a socket round trip per batch costs more than
+#: their copy), few big ones.
+AUTO_PREFETCH_BYTES = 8 << 20
+AUTO_PREFETCH_MAX = 16
+#: Slots beyond the prefetch: the batch being written, and the consumer's
+#: current batch (kept while its loop variables hold it).
+EXTRA_SLOTS = 2
+MAX_SLOTS = AUTO_PREFETCH_MAX + EXTRA_SLOTS
+
+
+def auto_slots(batch_bytes: int) -> int:
+    """Ring size for batches of ``batch_bytes``: prefetch 2..16 batches."""
+    prefetch = min(AUTO_PREFETCH_MAX, max(2, AUTO_PREFETCH_BYTES // max(1, batch_bytes)))
+    return prefetch + EXTRA_SLOTS
 
 
 def _segment_size(need: int, previous: int = 0) -> int:
@@ -150,7 +168,10 @@ class _Worker:
         # Notified by the control thread when a slot comes back, an epoch is
         # requested, or a stop is asked.
         self.changed = threading.Condition(self.lock)
-        self.free: deque[int] = deque(range(config.slots))  # main thread only
+        # Free slots (main thread only); with ``slots=None`` the ring is
+        # made when the first batch shows its size.
+        self.free: deque[int] = deque(range(config.slots or 0))
+        self.sized = config.slots is not None
         self.epoch_requests: set[int] = set()  # guarded by self.lock
         self.stop = threading.Event()
         self.pipe: Pipeline | None = None  # guarded by self.lock
@@ -232,6 +253,11 @@ class _Worker:
         tree, leaves, paths = _layout.flatten(batch)
         plan = _layout.plan(leaves, paths)
         need = HEADER + plan.nbytes
+        if not self.sized:
+            self.sized = True
+            slots = auto_slots(need)
+            self.free.extend(range(slots))
+            self.send(("slots", slots))
         slot, retired = self.take_slot()
         seg = self.segments.get(slot)
         if seg is None or retired or seg.size < need:
