@@ -1,14 +1,14 @@
 """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
 
 Layering (docs/design.md): errors <- queues <- readers / coordinator <- runners
-<- pipeline <- input <- devices <- distributed <- cli. This module re-exports
+<- pipeline <- input <- devices <- process <- distributed <- cli. This module re-exports
 the public surface; optional parts (torch, cupy, ray, tensorflow) load on
 first use.
 """
 
 from __future__ import annotations
 
-from . import devices, errors, readers
+from . import devices, errors, process, readers
 from ._defaults import get_default_timeout, set_default_timeout
 from .coordinator import Coordinator, LooperThread
 from .devices import (
@@ -46,6 +46,7 @@ from .input import (
     string_input_producer,
 )
 from .pipeline import Pipeline, control_dependencies, current_pipeline
+from .process import ProcessStage, process_stage
 from .queues import (
     STRING,
     CancelToken,
@@ -83,6 +84,7 @@ __all__ = [
     "PaddingFIFOQueue",
     "Pipeline",
     "PriorityQueue",
+    "ProcessStage",
     "QUEUE_RUNNERS",
     "QueueBase",
     "QueueRunner",
@@ -117,6 +119,8 @@ __all__ = [
     "maybe_batch_join",
     "maybe_shuffle_batch",
     "maybe_shuffle_batch_join",
+    "process",
+    "process_stage",
     "range_input_producer",
     "readers",
     "reset_shared_queues",

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from feedq.errors import FailedPreconditionError
+from feedq.errors import FailedPreconditionError, InvalidArgumentError
 
 from .extras import require
 from .feeder import DeviceFeeder
 from .spec import DeviceLike, DeviceSpec
 from .structure import Structure
+from .torch_build import build_dataset, is_build_function
 
 __all__ = ["as_tf_dataset", "as_torch_dataset", "tf_signature", "to_cupy", "to_torch"]
 
@@ -64,6 +65,12 @@ def as_torch_dataset(source: Any, batch_size: int | None = None, *,
     Iterating a queue again continues where the last epoch stopped; iterating
     an iterable again calls its ``__iter__`` (a generator is exhausted once).
 
+    ``source`` may also be a ``build(worker_index, num_workers)`` function
+    (the one :func:`feedq.process_stage` takes): then each DataLoader worker
+    builds its own pipeline (``num_workers=0``: one, in this process), each
+    DataLoader pass is one epoch, and ``DataLoader(ds, batch_size=None)`` is
+    required (see ``feedq._devices.torch_build``); only ``seed=`` applies.
+
     Usage::
 
         ds = feedq.as_torch_dataset(queue, batch_size=32)
@@ -80,10 +87,27 @@ def as_torch_dataset(source: Any, batch_size: int | None = None, *,
     Raises:
         MissingExtraError: torch is not installed.
     """
+    if is_build_function(source):
+        return _build_dataset(source, batch_size, device, feeder_kwargs)
     kwargs = dict(feeder_kwargs, batch_size=batch_size, output="torch")
     if "replicas" not in kwargs:
         kwargs["device"] = device
     return _torch_dataset_class()(source, kwargs)
+
+
+def _build_dataset(build: Any, batch_size: int | None, device: DeviceLike,
+                   options: dict[str, Any]) -> Any:
+    """``as_torch_dataset(build)``: see :mod:`feedq._devices.torch_build`."""
+    if batch_size is not None:
+        raise InvalidArgumentError(
+            f"as_torch_dataset(build, batch_size={batch_size}): build() makes the batches; set "
+            "the batch size in its pipeline and iterate with DataLoader(dataset, batch_size=None)")
+    extra = sorted(set(options) - {"seed"})
+    if extra or DeviceSpec.parse(device).device_type not in (None, "CPU"):
+        raise TypeError(
+            f"as_torch_dataset(build) takes only seed= (got {', '.join(extra) or f'device={device!r}'}): "
+            "it yields CPU tensors; move them with pin_memory=True and .to(device) in the loop")
+    return build_dataset(build, seed=options.get("seed"))
 
 
 def tf_signature(queue: Any, batch_size: int | None = None) -> Any:
@@ -106,9 +130,13 @@ def as_tf_dataset(source: Any, batch_size: int | None = None, *,
     """A ``tf.data.Dataset`` of the source's batches (NumPy through a host feeder).
 
     For a queue the output signature comes from its dtypes and shapes (the
-    batch dimension is ``None`` with ``allow_smaller_final_batch``); for an
-    iterable pass ``output_signature`` as ``tf.data.Dataset.from_generator``
-    expects it. TensorFlow copies each batch into its own tensors.
+    batch dimension is ``None`` with ``allow_smaller_final_batch``); for a
+    process stage from its first batch (``peek``: the batch dimension
+    ``None``); for another iterable pass ``output_signature`` as
+    ``tf.data.Dataset.from_generator`` expects it. TensorFlow copies each
+    batch into its own tensors. Each pass over the dataset iterates the
+    source again: one epoch of a process stage, so Keras ``fit(epochs=N)``
+    needs no ``steps_per_epoch`` on a stage made with ``epochs=N``.
 
     Raises:
         MissingExtraError: TensorFlow is not installed.
@@ -116,6 +144,8 @@ def as_tf_dataset(source: Any, batch_size: int | None = None, *,
     """
     tf = require("tensorflow", "feedq.as_tf_dataset")
     is_queue = hasattr(source, "dequeue_many") and hasattr(source, "dtypes")
+    if output_signature is None and not is_queue and callable(getattr(source, "peek", None)):
+        output_signature = _signature_of_batch(tf, source.peek())  # a process stage
     if output_signature is None:
         if not is_queue:
             raise ValueError("an iterable source needs output_signature=")
@@ -143,6 +173,20 @@ def as_tf_dataset(source: Any, batch_size: int | None = None, *,
             feeder.close()
 
     return tf.data.Dataset.from_generator(generate, output_signature=output_signature)
+
+
+def _signature_of_batch(tf: Any, batch: Any) -> Any:
+    """TensorSpecs of a batch's structure, the batch dimension left open."""
+    def spec(x: Any) -> Any:
+        x = np.asarray(x)
+        dtype = tf.string if x.dtype.kind in "OSU" else tf.as_dtype(x.dtype)
+        return tf.TensorSpec(shape=(None, *x.shape[1:]) if x.ndim else (), dtype=dtype)
+
+    if isinstance(batch, Mapping):
+        return {k: spec(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return tuple(spec(v) for v in batch)
+    return spec(batch)
 
 
 def to_cupy(batch: Any, device: DeviceLike = None) -> Any:
