@@ -13,7 +13,13 @@ import pytest
 import feedq.readers._io as io_mod
 from feedq.errors import OutOfRangeError
 from feedq.queues import FIFOQueue
-from feedq.readers import FixedLenFeature, TFRecordReader, TFRecordWriter, parse_example, serialize_example
+from feedq.readers import (
+    FixedLenFeature,
+    TFRecordReader,
+    TFRecordWriter,
+    parse_example,
+    serialize_example,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
