@@ -63,7 +63,7 @@ PATHS = ["protobuf", "walker", "kernel-twin"] + (["kernel-native"] if nat.NATIVE
 @contextmanager
 def parse_path(name: str) -> Iterator[None]:
     """Make parse_example take one path (see the module docstring)."""
-    saved = (example_mod._KERNEL, wire_mod._walk, nat.parse_examples, nat.pad_ragged)
+    saved = (example_mod._KERNEL, wire_mod._walk, nat.parse_examples, nat.pad_ragged, nat.take_bytes)
     orig_walk = wire_mod._walk
 
     def all_slow(u8: Any, s: Any, e: Any, specs: Any) -> Any:
@@ -78,13 +78,15 @@ def parse_path(name: str) -> Iterator[None]:
             example_mod._KERNEL = True
             nat.parse_examples = kernels.parse_examples  # type: ignore[assignment]
             nat.pad_ragged = kernels.pad_ragged  # type: ignore[assignment]
+            nat.take_bytes = kernels.take_bytes  # type: ignore[assignment]
         else:
             example_mod._KERNEL = False
             if name == "protobuf":
                 wire_mod._walk = all_slow
         yield
     finally:
-        example_mod._KERNEL, wire_mod._walk, nat.parse_examples, nat.pad_ragged = saved  # type: ignore[assignment]
+        (example_mod._KERNEL, wire_mod._walk, nat.parse_examples, nat.pad_ragged,  # type: ignore[assignment]
+         nat.take_bytes) = saved
 
 
 def canon(x: Any) -> Any:
@@ -473,3 +475,46 @@ def test_kernel_error_names_the_record_as_protobuf_does() -> None:
             InvalidArgumentError, match="^" + re.escape(f"Could not parse example input, value: '{repr(bad[:512])[2:-1]}'") + "$"
         ):
             parse_example([good, bad, b"also bad"], {"label": FixedLenFeature([], np.int64)})
+
+
+# ------------------------------------------------------------------ take_bytes
+CORES = [pytest.param(nat.PURE, id="python"),
+         pytest.param(nat.NATIVE, id="native", marks=pytest.mark.skipif(nat.NATIVE is None, reason="not built"))]
+
+
+@pytest.mark.parametrize("k", CORES)
+def test_take_bytes_makes_the_slices(k: nat.Kernels) -> None:
+    buf = b"hello, world"
+    got = k.take_bytes(buf, np.array([[0, 5], [7, 12], [3, 3], [0, 12]], dtype=np.int64))
+    assert got.dtype == object and got.shape == (4,)
+    assert got.tolist() == [b"hello", b"world", b"", buf]
+    assert all(type(x) is bytes for x in got)
+    assert k.take_bytes(buf, np.zeros((0, 2), dtype=np.int64)).shape == (0,)
+    assert k.take_bytes(memoryview(bytearray(buf)), [[1, 2]]).tolist() == [b"e"]
+
+
+@pytest.mark.parametrize("k", CORES)
+@pytest.mark.parametrize("pair", [(-1, 2), (3, 2), (0, 13), (13, 13), (2**62, 2**62 + 1)])
+def test_take_bytes_never_reads_outside_the_buffer(k: nat.Kernels, pair: tuple[int, int]) -> None:
+    offsets = np.array([[0, 1], pair], dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^take_bytes: pair 1 \(.*\) is outside the buffer of 12 bytes$"):
+        k.take_bytes(b"hello, world", offsets)
+    with pytest.raises(ValueError, match=r"^offsets must be \[N, 2\]"):
+        k.take_bytes(b"hello, world", np.zeros(4, dtype=np.int64))
+
+
+@FUZZ
+@given(buf=st.binary(max_size=40), pairs=st.lists(st.tuples(st.integers(-3, 45), st.integers(-3, 45)), max_size=8))
+def test_take_bytes_native_equals_twin(buf: bytes, pairs: list[tuple[int, int]]) -> None:
+    offsets = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    results = []
+    for k in (nat.PURE, nat.NATIVE):
+        if k is None:
+            continue
+        try:
+            results.append(("ok", k.take_bytes(buf, offsets).tolist()))
+        except ValueError as exc:
+            results.append(("error", str(exc)))
+    assert all(r == results[0] for r in results)
+    if results[0][0] == "ok":
+        assert results[0][1] == [buf[a:b] for a, b in pairs]

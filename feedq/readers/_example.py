@@ -267,19 +267,11 @@ def _parse_kernel(data: bytes, starts: np.ndarray, ends: np.ndarray, specs: list
         else:
             vals = res.values[g]
             if req.kind == _BYTES:
-                vals = _bytes_values(data, vals)
+                vals = _native.take_bytes(data, vals)
             p = _Parsed(res.kinds[g], res.counts[g], vals, splits=res.splits[g])
         for i in idx:
             out[i] = p
     return [p for p in out if p is not None]
-
-
-def _bytes_values(data: bytes, offsets: np.ndarray) -> np.ndarray:
-    """An object array of ``data[a:b]`` for each ``(a, b)`` row of ``offsets``."""
-    vals = np.empty(len(offsets), dtype=object)
-    if len(offsets):
-        vals[:] = [data[a:b] for a, b in offsets.tolist()]
-    return vals
 
 
 def _drop_rows(vals: np.ndarray, counts: np.ndarray, keep: np.ndarray) -> np.ndarray:
