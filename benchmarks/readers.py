@@ -367,7 +367,8 @@ def tf1_queues(tf: Any, wl: Workload, readers: int = 2) -> int:
         threads = v1.train.start_queue_runners(sess, coord)
         try:
             while True:
-                n += len(sess.run(batch)[0])
+                out = sess.run(batch)  # one component comes bare, several as a list
+                n += len(out if isinstance(out, np.ndarray) else out[0])
         except tf.errors.OutOfRangeError:
             pass
         finally:
