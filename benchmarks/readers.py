@@ -81,7 +81,7 @@ from feedq.readers._example_pb import example_class
 
 BATCH = 256
 FILES = 4
-BLOCK = 1 << 15  # records asked per read_block (block_bytes, 4 MiB, bounds it too)
+BLOCK = 8192  # records per read_block in the pipeline (block_bytes, 4 MiB, bounds it too)
 TF1_BLOCK = 4096  # records per read_up_to in the TF1 pipeline
 DATA_VERSION = 1
 
