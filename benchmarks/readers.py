@@ -124,6 +124,10 @@ def tf_order_examples(n: int, rng: np.random.Generator) -> list[bytes]:
         assert f["label"].int64_list.value[0] == label[i], i
         assert np.array(f["x"].float_list.value, dtype=np.float32).tobytes() == x[i].tobytes(), i
         assert ex.SerializeToString(deterministic=True) == out[i], i
+    tf = tf_module()
+    if tf is not None:  # and what TensorFlow writes
+        for i in range(min(n, 200)):
+            assert tf.train.Example.FromString(out[i]).SerializeToString(deterministic=True) == out[i], i
     return out
 
 
