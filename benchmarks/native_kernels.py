@@ -10,8 +10,10 @@ int64 0..999, ids: Int64List of 0..20 values, tag: a short BytesList}.
 * TFRecordReader.read_block over the file with each core's framing;
 * Example parsing (records/s), block by block: ``parse_examples`` (native, in
   one and two threads; the twin on one block) into the four columns, beside
-  ``feedq.parse_example`` as it is today on the reader's blocks
-  (FixedLenFeature x, label; VarLenFeature ids, tag).
+  ``feedq.parse_example`` on the reader's blocks (FixedLenFeature x, label;
+  VarLenFeature ids, tag) on its two paths: the kernel (the default with the
+  native core) and the NumPy walker + protobuf (without it); and ids padded
+  (FixedLenSequenceFeature) on both paths.
 
 Rates are medians of ``--repeats`` runs after one warm-up, in wall-clock and
 in CPU time of this process (steadier on a shared machine); all baselines are
@@ -41,11 +43,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import feedq._native as nat
+import feedq.readers._example as example_mod
 from benchmarks._util import header, table
 from feedq.errors import OutOfRangeError
 from feedq.queues import FIFOQueue
 from feedq.readers import (
     FixedLenFeature,
+    FixedLenSequenceFeature,
     TFRecordReader,
     TFRecordWriter,
     VarLenFeature,
@@ -290,6 +294,10 @@ PARSE_SPEC = {
     "ids": VarLenFeature(np.int64),
     "tag": VarLenFeature(np.str_),
 }
+PADDED_SPEC = {
+    "ids": FixedLenSequenceFeature([], np.int64, allow_missing=True),
+    "label": FixedLenFeature([], np.int64),
+}
 
 
 def main() -> None:
@@ -372,13 +380,21 @@ def main() -> None:
             list(pool.map(lambda bs: native.parse_examples(bs[0], bs[1].starts + 12, bs[1].lengths, FEATURES),
                           zip(blocks, scans)))
 
-        # parse_example as the pipeline calls it today: on the reader's blocks
+        # parse_example as the pipeline calls it: on the reader's blocks, on
+        # the kernel's path and on the walker's (the path without the core)
         rb: list[Any] = []
         read_file(path, lambda b: rb.append(b) if sum(len(x) for x in rb) < cap else None)
 
-        def parse_today() -> None:
-            for b in rb:
-                parse_example(b, PARSE_SPEC)
+        def parse_on(kernel: bool, spec: dict[str, Any]) -> Callable[[], None]:
+            def run() -> None:
+                saved = example_mod._KERNEL
+                example_mod._KERNEL = kernel
+                try:
+                    for b in rb:
+                        parse_example(b, spec)
+                finally:
+                    example_mod._KERNEL = saved
+            return run
 
         n_today = sum(len(b) for b in rb)
         twin_blocks = 1
@@ -388,7 +404,10 @@ def main() -> None:
             ("native parse_examples", N, parse_blocks(native, len(blocks))),
             ("native parse_examples, 2 threads", N, parse_2threads),
             ("Python twin parse_examples", n_twin, parse_blocks(pure, twin_blocks)),
-            ("feedq.parse_example today", n_today, parse_today),
+            ("feedq.parse_example, kernel path", n_today, parse_on(True, PARSE_SPEC)),
+            ("feedq.parse_example, walker + protobuf path", n_today, parse_on(False, PARSE_SPEC)),
+            ("feedq.parse_example ids padded + label, kernel path", n_today, parse_on(True, PADDED_SPEC)),
+            ("feedq.parse_example ids padded + label, walker path", n_today, parse_on(False, PADDED_SPEC)),
         ):
             w, c, all_w = rates(units, body, args.repeats)
             rows.append((name, units, fmt(w), fmt(c), " ".join(f"{x / 1e6:.3f}" for x in all_w)))

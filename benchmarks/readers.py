@@ -1,29 +1,51 @@
-"""Readers and decoders: files -> decoded NumPy batches, beside the alternatives.
+"""Readers and decoders on realistic files: files -> decoded batches of 256.
 
-Measures records/s and MB/s (of file bytes) for each workload, median of
-``--repeats`` runs after one warm-up, with baselines measured in the same run:
+Each workload is 4 files holding ``--records`` records in all:
 
-* raw: reading the same file bytes (the I/O limit);
-* CSV (8 float32 + 1 int label): ``pyarrow.csv.read_csv`` on the file;
-* fixed-length 132-byte records: ``np.frombuffer`` on the file bytes;
-* TFRecord Examples {x: 32 floats, label: int64}, plain and GZIP: the
-  ``tfrecord`` package's reader (when installed), plain gunzip of the file;
-* variable-length Int64List features padded into dense batches;
-* tf.data (when TensorFlow is installed): TextLineDataset+decode_csv,
-  CsvDataset, FixedLengthRecordDataset+decode_raw, TFRecordDataset+
-  parse_example, all batched by 256 and prefetched.
+* ``tfrecord``: ``tf.train.Example`` {label: int64 0..999, x: 32 floats} in
+  TensorFlow's field order (map entries by key, packed lists: the bytes
+  ``SerializeToString(deterministic=True)`` writes, checked against protobuf
+  and TensorFlow when installed); records vary in length (the label is a 1-
+  or 2-byte varint). Parsed as FixedLenFeature x[32] float32, label int64.
+* ``gzip``: the same files, GZIP-compressed.
+* ``varlen``: ``feedq make-data --layout realistic`` Examples {ids: 0-20
+  int64, label, tag, x}; ``ids`` parsed as a FixedLenSequenceFeature (padded
+  per block, then padded per batch: ``dynamic_pad``), and label.
+* ``csv``: ``feedq make-data --format csv --layout realistic``: id, 8 floats
+  printed with 0-7 decimals, label; a header line.
+* ``fixed``: 132-byte records (32 float32 + int32) decoded with decode_raw.
 
-feedq reads with ``read_block`` (one buffer per block, <= block_bytes) and
-decodes each block in one call, then hands out batches of 256 (views).
+Systems, all measured in the same run, the repeats interleaved (one round
+runs every system once) and the median reported:
+
+* feedq pipeline, 2 readers and 1 reader: ``string_input_producer`` -> N
+  reader threads, each ``read_block`` + one decode call per block ->
+  ``batch_join(256, enqueue_many=True)`` -> a consumer loop over batches;
+* feedq direct: one reader in the calling thread, ``read_block`` + decode,
+  the block sliced into batches of 256 (no threads, no queues);
+* TF1 queues: ``tf.compat.v1`` in a Graph + Session: ``string_input_producer``
+  -> 2 readers ``read_up_to(4096)`` + ``parse_example`` / ``decode_csv`` /
+  ``decode_raw`` -> ``batch_join(256, enqueue_many=True)`` -> ``sess.run``
+  loop;
+* tf.data: the files' dataset ``.batch(256).map(parse, AUTOTUNE).prefetch``;
+* the reference each target names: plain gunzip of the files (zlib, one
+  thread), ``pyarrow.csv.read_csv`` of the files, ``np.frombuffer`` of the
+  files' bytes.
+
+Targets of issue 12 are printed with ok / MISSED beside the table.
 
 Usage::
 
-    python benchmarks/readers.py --records 200000 --repeats 3
+    python benchmarks/readers.py                 # 1M records, 3 rounds
+    python benchmarks/readers.py --quick         # 200k records, 3 rounds
+    python benchmarks/readers.py --only tfrecord,gzip --data /tmp/feedq-bench
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import statistics
 import sys
@@ -31,6 +53,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +61,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import feedq
+from feedq import _native
+from feedq._datasets import _example, _float_feature, _int64_feature, make_dataset
 from feedq.errors import OutOfRangeError
 from feedq.queues import FIFOQueue
 from feedq.readers import (
@@ -50,65 +76,70 @@ from feedq.readers import (
     decode_csv,
     decode_raw,
     parse_example,
-    serialize_example,
 )
-from feedq.readers._crc import crc32c_function, mask_crc_array
+from feedq.readers._example_pb import example_class
 
 BATCH = 256
-BLOCK_RECORDS = 1 << 20  # records asked per read_block: block_bytes (4 MiB) is the real bound
-SLOW_BASELINE_CAP = 50_000  # records given to baselines slower than ~0.1 M/s
+FILES = 4
+BLOCK = 8192  # records per read_block in the pipeline (block_bytes, 4 MiB, bounds it too)
+TF1_BLOCK = 4096  # records per read_up_to in the TF1 pipeline
+DATA_VERSION = 1
+
+WORKLOADS = ("tfrecord", "gzip", "varlen", "csv", "fixed")
 
 
 # ----------------------------------------------------------------------------- data
-def make_csv(path: Path, n: int, rng: np.random.Generator) -> None:
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
+def tf_order_examples(n: int, rng: np.random.Generator) -> list[bytes]:
+    """Examples {label: 0..999, x: 32 floats} as TensorFlow serialises them
+    deterministically (entries in key order, packed lists); vectorised from
+    two templates (a 1- and a 2-byte label varint)."""
+    label = rng.integers(0, 1000, n)
+    x = rng.standard_normal((n, 32), dtype=np.float32).astype("<f4")
+    marker = np.arange(1, 33, dtype="<f4").tobytes()
+    out: list[bytes] = [b""] * n
+    for small in (True, False):
+        sel = np.flatnonzero(label < 128 if small else label >= 128)
+        a, b = (1, 2) if small else (200, 201)
+        t1 = _example([(b"label", _int64_feature([a])), (b"x", _float_feature(marker))])
+        t2 = _example([(b"label", _int64_feature([b])), (b"x", _float_feature(marker))])
+        lo = next(i for i, (u, w) in enumerate(zip(t1, t2)) if u != w)
+        xo = t1.find(marker)
+        recs = np.tile(np.frombuffer(t1, dtype=np.uint8), (len(sel), 1))
+        recs[:, xo : xo + 128] = x[sel].view(np.uint8)
+        lab = label[sel]
+        if small:
+            recs[:, lo] = lab
+        else:
+            recs[:, lo] = (lab & 127) | 128
+            recs[:, lo + 1] = lab >> 7
+        flat = recs.tobytes()
+        width = len(t1)
+        for j, i in enumerate(sel.tolist()):
+            out[i] = flat[j * width : (j + 1) * width]
+    # The bytes are what protobuf (and TensorFlow) write: check a sample.
+    ex = example_class()()
+    for i in range(min(n, 2000)):
+        ex.ParseFromString(out[i])
+        f = ex.features.feature
+        assert f["label"].int64_list.value[0] == label[i], i
+        assert np.array(f["x"].float_list.value, dtype=np.float32).tobytes() == x[i].tobytes(), i
+        assert ex.SerializeToString(deterministic=True) == out[i], i
+    tf = tf_module()
+    if tf is not None:  # and what TensorFlow writes
+        for i in range(min(n, 200)):
+            assert tf.train.Example.FromString(out[i]).SerializeToString(deterministic=True) == out[i], i
+    return out
 
-    cols = {f"f{i}": rng.standard_normal(n).astype(np.float32) for i in range(8)}
-    cols["label"] = rng.integers(0, 10, n).astype(np.int32)
-    pcsv.write_csv(pa.table(cols), path, pcsv.WriteOptions(include_header=False))
 
-
-def frame_records(recs: np.ndarray) -> bytes:
-    """TFRecord framing of N equal-length records, vectorised (crc per record in C)."""
-    n, length = recs.shape
-    crc = crc32c_function()
-    head = np.frombuffer(np.uint64(length).tobytes(), dtype=np.uint8)
-    hcrc = mask_crc_array(np.array([crc(head.tobytes())], dtype=np.uint32)).view(np.uint8)
-    flat = recs.tobytes()
-    mv = memoryview(flat)
-    dcrc = mask_crc_array(
-        np.fromiter((crc(mv[i * length : (i + 1) * length]) for i in range(n)), np.uint32, n)
-    )
-    out = np.empty((n, 16 + length), dtype=np.uint8)
-    out[:, :8] = head
-    out[:, 8:12] = hcrc
-    out[:, 12 : 12 + length] = recs
-    out[:, 12 + length :] = dcrc.view(np.uint8).reshape(n, 4)
-    return out.tobytes()
-
-
-def make_examples(path: Path, n: int, rng: np.random.Generator) -> None:
-    # One serialized template, values patched in with NumPy: the same bytes
-    # protobuf would write (checked by parsing the first records back).
-    marker = np.arange(1, 33, dtype=np.float32)
-    t1 = serialize_example({"x": marker, "label": 3})
-    t2 = serialize_example({"x": marker, "label": 4})
-    xo = t1.find(marker.tobytes())
-    lo = next(i for i, (a, b) in enumerate(zip(t1, t2)) if a != b)
-    recs = np.tile(np.frombuffer(t1, dtype=np.uint8), (n, 1))
-    x = rng.standard_normal((n, 32)).astype(np.float32)
-    recs[:, xo : xo + 128] = x.view(np.uint8)
-    recs[:, lo] = rng.integers(0, 10, n).astype(np.uint8)
-    path.write_bytes(frame_records(recs))
-
-
-def make_varlen(path: Path, n: int, rng: np.random.Generator) -> None:
-    lens = rng.integers(1, 21, n)
-    vals = rng.integers(0, 1000, int(lens.sum()))
-    offs = np.concatenate([[0], np.cumsum(lens)])
-    with TFRecordWriter(path) as w:
-        w.write_many(serialize_example({"ids": vals[offs[i] : offs[i + 1]]}) for i in range(n))
+def write_tfrecords(folder: Path, records: list[bytes], suffix: str = ".tfrecord") -> list[Path]:
+    paths = []
+    per = -(-len(records) // FILES)
+    for k in range(FILES):
+        p = folder / f"part-{k:05d}{suffix}"
+        with TFRecordWriter(p) as w:
+            w.write_many(records[k * per : (k + 1) * per])
+        paths.append(p)
+    return paths
 
 
 def gzip_file(src: Path, dst: Path) -> None:
@@ -119,255 +150,368 @@ def gzip_file(src: Path, dst: Path) -> None:
         g.write(comp.flush())
 
 
-# ----------------------------------------------------------------------------- runners
-def queue_of(path: Path) -> FIFOQueue:
+def make_data(root: Path, n: int, only: set[str]) -> dict[str, list[Path]]:
+    """The files of each workload under ``root`` (reused when already there)."""
+    stamp = {"version": DATA_VERSION, "records": n, "files": FILES}
+    manifest = root / "manifest.json"
+    done: dict[str, Any] = {}
+    if manifest.exists():
+        done = json.loads(manifest.read_text())
+        if done.get("stamp") != stamp:
+            done = {}
+    done["stamp"] = stamp
+    out: dict[str, list[Path]] = {}
+    rng = np.random.default_rng(0)
+
+    def have(name: str) -> list[Path] | None:
+        paths = [Path(p) for p in done.get(name, [])]
+        return paths if paths and all(p.exists() for p in paths) else None
+
+    need_tf = {"tfrecord", "gzip"} & only
+    if need_tf:
+        paths = have("tfrecord")
+        if paths is None:
+            d = root / "tfrecord"
+            d.mkdir(parents=True, exist_ok=True)
+            paths = write_tfrecords(d, tf_order_examples(n, rng))
+        out["tfrecord"] = paths
+        done["tfrecord"] = [str(p) for p in paths]
+    if "gzip" in only:
+        paths = have("gzip")
+        if paths is None:
+            d = root / "gzip"
+            d.mkdir(parents=True, exist_ok=True)
+            paths = []
+            for src in out["tfrecord"]:
+                dst = d / (src.name + ".gz")
+                gzip_file(src, dst)
+                paths.append(dst)
+        out["gzip"] = paths
+        done["gzip"] = [str(p) for p in paths]
+    for name, fmt in (("varlen", "tfrecord"), ("csv", "csv")):
+        if name not in only:
+            continue
+        paths = have(name)
+        if paths is None:
+            written = make_dataset(root / name, fmt, n, files=FILES, layout="realistic", overwrite=True)
+            paths = [Path(p) for p in written]
+        out[name] = paths
+        done[name] = [str(p) for p in paths]
+    if "fixed" in only:
+        paths = have("fixed")
+        if paths is None:
+            d = root / "fixed"
+            d.mkdir(parents=True, exist_ok=True)
+            paths = []
+            per = -(-n // FILES)
+            for k in range(FILES):
+                m = min(per, n - k * per)
+                rec = np.zeros(m, dtype=[("x", "<f4", (32,)), ("label", "<i4")])
+                rec["x"] = rng.random((m, 32), dtype=np.float32)
+                rec["label"] = rng.integers(0, 1000, m)
+                p = d / f"part-{k:05d}.bin"
+                p.write_bytes(rec.tobytes())
+                paths.append(p)
+        out["fixed"] = paths
+        done["fixed"] = [str(p) for p in paths]
+    manifest.write_text(json.dumps(done))
+    return out
+
+
+# ----------------------------------------------------------------------------- workloads
+CSV_DEFAULTS: list[list[Any]] = [[0]] + [[0.0]] * 8 + [[0]]
+
+
+@dataclass
+class Workload:
+    """How feedq, TF1 and tf.data read one workload."""
+
+    name: str
+    paths: list[Path]
+    make_reader: Callable[[], Any]
+    decode: Callable[[Any], list[np.ndarray]]
+    dtypes: list[Any]
+    shapes: list[list[Any]]
+    dynamic_pad: bool = False
+    compression: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def file_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.paths)
+
+
+EX_FEATURES = {"label": FixedLenFeature([], np.int64), "x": FixedLenFeature([32], np.float32)}
+VAR_FEATURES = {"ids": FixedLenSequenceFeature([], np.int64, allow_missing=True),
+                "label": FixedLenFeature([], np.int64)}
+
+
+def _parse(features: dict[str, Any], block: Any) -> list[np.ndarray]:
+    out = parse_example(block, features)
+    return [out[k] for k in sorted(features)]
+
+
+def workloads(files: dict[str, list[Path]]) -> list[Workload]:
+    out = []
+    for name, paths in files.items():
+        if name in ("tfrecord", "gzip"):
+            comp = "GZIP" if name == "gzip" else ""
+            out.append(Workload(name, paths, functools.partial(TFRecordReader, options=comp or None),
+                                functools.partial(_parse, EX_FEATURES), [np.int64, np.float32], [[], [32]],
+                                compression=comp))
+        elif name == "varlen":
+            out.append(Workload(name, paths, TFRecordReader, functools.partial(_parse, VAR_FEATURES),
+                                [np.int64, np.int64], [[None], []], dynamic_pad=True))
+        elif name == "csv":
+            out.append(Workload(name, paths, functools.partial(TextLineReader, skip_header_lines=1),
+                                lambda b: decode_csv(b, CSV_DEFAULTS),
+                                [np.int32] + [np.float32] * 8 + [np.int32], [[]] * 10))
+        elif name == "fixed":
+            out.append(Workload(name, paths, functools.partial(FixedLengthRecordReader, 132),
+                                lambda b: [decode_raw(b, np.float32)], [np.float32], [[33]]))
+    return out
+
+
+# ----------------------------------------------------------------------------- feedq
+def feedq_pipeline(wl: Workload, readers: int) -> int:
+    """string_input_producer -> ``readers`` threads (read_block + decode) ->
+    batch_join(256, enqueue_many=True) -> this loop. Returns records seen."""
+    n = 0
+    with feedq.Pipeline() as pipe:
+        files = feedq.string_input_producer([str(p) for p in wl.paths], num_epochs=1, shuffle=False)
+        inputs = []
+        for _ in range(readers):
+            reader = pipe.closing(wl.make_reader())
+
+            def read(reader: Any = reader) -> list[np.ndarray]:
+                return wl.decode(reader.read_block(files, BLOCK))
+
+            inputs.append(read)
+        stage = feedq.batch_join(inputs, BATCH, capacity=4 * BLOCK, enqueue_many=True, dtypes=wl.dtypes,
+                                 shapes=wl.shapes, dynamic_pad=wl.dynamic_pad, allow_smaller_final_batch=True)
+        for batch in stage:
+            # One component comes bare (B2), several as a list.
+            n += len(batch if isinstance(batch, np.ndarray) else batch[0])
+    return n
+
+
+def closed_queue(paths: list[Path]) -> FIFOQueue:
     q = FIFOQueue(capacity=-1, dtypes=["string"], shapes=[[]])
-    q.enqueue_many([[str(path)]])
+    q.enqueue_many([[str(p) for p in paths]])
     q.close()
     return q
 
 
-MAX_BLOCK = [0]
-
-
-def feedq_blocks(reader: Any, path: Path, decode: Callable[[Any], Any]) -> int:
-    """Read a file block by block, decode each block, cut it into batches of 256."""
-    q = queue_of(path)
+def feedq_direct(wl: Workload) -> int:
+    """One reader in this thread: read_block + decode, sliced into batches."""
+    q = closed_queue(wl.paths)
     n = 0
-    with reader:
+    with wl.make_reader() as reader:
         while True:
             try:
-                block = reader.read_block(q, BLOCK_RECORDS)
+                block = reader.read_block(q, 1 << 20)
             except OutOfRangeError:
                 return n
-            MAX_BLOCK[0] = max(MAX_BLOCK[0], len(block.data))
-            cols = decode(block)
-            k = len(block)
-            for s in range(0, k, BATCH):
-                _batch = [c[s : s + BATCH] for c in cols]
-            n += k
+            cols = wl.decode(block)
+            for s in range(0, len(cols[0]), BATCH):
+                n += len([c[s : s + BATCH] for c in cols][0])
 
 
-def raw_read(path: Path) -> int:
-    with open(path, "rb", buffering=0) as f:
-        while f.read(1 << 22):
-            pass
-    return 0
-
-
-def gunzip(path: Path) -> int:
-    d = zlib.decompressobj(31)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            while chunk:
-                d.decompress(chunk, 1 << 22)
-                chunk = d.unconsumed_tail
-    return 0
-
-
-def tfrecord_package(path: Path, cap: int) -> tuple[float, int]:
-    """Time the `tfrecord` package's reader in a subprocess.
-
-    Its generated protos clash with TensorFlow's in protobuf's default pool
-    when both are imported in one process, so it runs alone.
-    """
-    import subprocess
-
-    code = f"""
-import time
-try:
-    from tfrecord.reader import tfrecord_loader
-except ImportError:
-    print("0 0"); raise SystemExit
-def run():
-    k = 0
-    for _rec in tfrecord_loader({str(path)!r}, None, {{"x": "float", "label": "int"}}):
-        k += 1
-        if k >= {cap}:
-            break
-    return k
-run()
-t = time.perf_counter(); k = run(); print(time.perf_counter() - t, k)
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+# ----------------------------------------------------------------------------- TensorFlow
+def tf_module() -> Any:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        t, k = out.stdout.split()
-        return float(t), int(k)
-    except ValueError:
-        return 1.0, 0
+        import tensorflow as tf
+    except ImportError:
+        return None
+    tf.get_logger().setLevel("ERROR")
+    return tf
 
 
-def time_it(fn: Callable[[], int], repeats: int) -> tuple[float, int]:
-    fn()  # warm-up (page cache, imports)
-    times, count = [], 0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        count = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), count
+def tf_features(tf: Any, wl: Workload) -> dict[str, Any]:
+    if wl.name == "varlen":
+        return {"ids": tf.io.FixedLenSequenceFeature([], tf.int64, allow_missing=True),
+                "label": tf.io.FixedLenFeature([], tf.int64)}
+    return {"label": tf.io.FixedLenFeature([], tf.int64), "x": tf.io.FixedLenFeature([32], tf.float32)}
 
 
-ROWS: list[tuple[str, str, float, float, str]] = []
+def tf_decode(tf: Any, wl: Workload, values: Any) -> list[Any]:
+    if wl.name == "csv":
+        return list(tf.io.decode_csv(values, CSV_DEFAULTS))
+    if wl.name == "fixed":
+        return [tf.reshape(tf.io.decode_raw(values, tf.float32), [-1, 33])]
+    out = tf.io.parse_example(values, tf_features(tf, wl))
+    return [out[k] for k in sorted(out)]
 
 
-def report(workload: str, system: str, seconds: float, records: int, nbytes: int, note: str = "") -> None:
-    rps = records / seconds if records else float("nan")
-    mbs = nbytes / seconds / 1e6
-    ROWS.append((workload, system, rps, mbs, note))
-    print(f"{workload:<22} {system:<44} {rps / 1e6:8.2f} M rec/s {mbs:8.0f} MB/s  {note}", flush=True)
+def tf1_queues(tf: Any, wl: Workload, readers: int = 2) -> int:
+    """TF1's pipeline in a Graph + Session (queue runners, as TF 1.x ran it)."""
+    v1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        fq = v1.train.string_input_producer([str(p) for p in wl.paths], num_epochs=1, shuffle=False)
+        lists = []
+        for _ in range(readers):
+            if wl.name == "csv":
+                r = v1.TextLineReader(skip_header_lines=1)
+            elif wl.name == "fixed":
+                r = v1.FixedLengthRecordReader(132)
+            else:
+                opts = v1.python_io.TFRecordOptions(v1.python_io.TFRecordCompressionType.GZIP) if wl.compression else None
+                r = v1.TFRecordReader(options=opts)
+            _, values = r.read_up_to(fq, TF1_BLOCK)
+            lists.append(tf_decode(tf, wl, values))
+        batch = v1.train.batch_join(lists, BATCH, capacity=4 * TF1_BLOCK, enqueue_many=True,
+                                    dynamic_pad=wl.dynamic_pad, allow_smaller_final_batch=True)
+        init = [v1.local_variables_initializer(), v1.global_variables_initializer()]
+    n = 0
+    with v1.Session(graph=g) as sess:
+        sess.run(init)
+        coord = v1.train.Coordinator()
+        threads = v1.train.start_queue_runners(sess, coord)
+        try:
+            while True:
+                out = sess.run(batch)  # one component comes bare, several as a list
+                n += len(out if isinstance(out, np.ndarray) else out[0])
+        except tf.errors.OutOfRangeError:
+            pass
+        finally:
+            coord.request_stop()
+            coord.join(threads)
+    return n
+
+
+def tf_data(tf: Any, wl: Workload) -> int:
+    files = [str(p) for p in wl.paths]
+    if wl.name == "csv":
+        ds = tf.data.experimental.CsvDataset(files, CSV_DEFAULTS, header=True).batch(BATCH)
+    else:
+        if wl.name == "fixed":
+            ds = tf.data.FixedLengthRecordDataset(files, 132)
+        else:
+            ds = tf.data.TFRecordDataset(files, compression_type=wl.compression or None)
+        ds = ds.batch(BATCH).map(lambda v: tf_decode(tf, wl, v), num_parallel_calls=tf.data.AUTOTUNE)
+    n = 0
+    for b in ds.prefetch(4):
+        n += int(b[0].shape[0])
+    return n
+
+
+# ----------------------------------------------------------------------------- references
+def gunzip(wl: Workload) -> int:
+    for p in wl.paths:
+        d = zlib.decompressobj(31)
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                while chunk:
+                    d.decompress(chunk, 1 << 22)
+                    chunk = d.unconsumed_tail
+    return 0
+
+
+def arrow_csv(wl: Workload) -> int:
+    import pyarrow.csv as pcsv
+
+    return sum(pcsv.read_csv(p).num_rows for p in wl.paths)
+
+
+def frombuffer(wl: Workload) -> int:
+    return sum(np.frombuffer(p.read_bytes(), dtype="<f4").reshape(-1, 33).shape[0] for p in wl.paths)
+
+
+REFERENCE = {"gzip": ("plain gunzip (zlib, 1 thread)", gunzip),
+             "csv": ("pyarrow.csv.read_csv", arrow_csv),
+             "fixed": ("np.frombuffer of the bytes", frombuffer)}
+
+# (workload, min M rec/s for the 2-reader pipeline, reference system, min ratio)
+TARGETS = {
+    "tfrecord": (3.0, "tf.data", 3.5),
+    "gzip": (1.2, "reference", 0.75),
+    "varlen": (2.0, "TF1 queues", 4.0),
+    "csv": (3.0, "reference", 0.65),
+    "fixed": (25.0, "reference", 0.75),
+}
 
 
 # ----------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--no-tf", action="store_true", help="skip tf.data baselines")
-    ap.add_argument("--only", default="csv,fixed,tfrecord,gzip,varlen")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds (each system once per round); median")
+    ap.add_argument("--quick", action="store_true", help="200k records (development)")
+    ap.add_argument("--no-tf", action="store_true", help="skip the TF1 and tf.data baselines")
+    ap.add_argument("--only", default=",".join(WORKLOADS))
+    ap.add_argument("--data", help="keep the generated files here and reuse them")
     args = ap.parse_args()
-    n, reps = args.records, args.repeats
+    n = 200_000 if args.quick else args.records
     only = set(args.only.split(","))
-    rng = np.random.default_rng(0)
-    tf = None
-    if not args.no_tf:
-        try:
-            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-            import tensorflow as tf  # type: ignore[no-redef]
-        except ImportError:
-            tf = None
-    print(f"# python {' '.join(sys.argv)}  (records={n}, repeats={reps}, batch={BATCH}, cpus={os.cpu_count()})")
+    tf = None if args.no_tf else tf_module()
+    load0 = os.getloadavg()
+    print(f"# python {' '.join(sys.argv)}  (records={n}, files={FILES}, rounds={args.repeats}, "
+          f"batch={BATCH}, cpus={os.cpu_count()}, core={_native.CORE}, load avg {load0[0]:.2f} {load0[1]:.2f})",
+          flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        if "csv" in only:
-            p = d / "data.csv"
-            make_csv(p, n, rng)
-            size = p.stat().st_size
-            defaults = [[0.0]] * 8 + [[0]]
-            t, _ = time_it(lambda: raw_read(p), reps)
-            report("CSV 8f+1i", "raw read of the bytes", t, n, size)
-
-            def arrow() -> int:
-                import pyarrow.csv as pcsv
-
-                return pcsv.read_csv(p, read_options=pcsv.ReadOptions(autogenerate_column_names=True)).num_rows
-
-            t, _ = time_it(arrow, reps)
-            report("CSV 8f+1i", "pyarrow.csv.read_csv (whole file)", t, n, size)
-            MAX_BLOCK[0] = 0
-            t, c = time_it(lambda: feedq_blocks(TextLineReader(), p, lambda b: decode_csv(b, defaults)), reps)
-            report("CSV 8f+1i", "feedq TextLineReader.read_block+decode_csv", t, c, size, f"max block {MAX_BLOCK[0] >> 20} MiB")
+        root = Path(args.data) if args.data else Path(tmp)
+        t0 = time.perf_counter()
+        files = make_data(root, n, only)
+        print(f"# data ready in {time.perf_counter() - t0:.1f} s", flush=True)
+        rows = []
+        for wl in workloads(files):
+            systems: list[tuple[str, Callable[[], int]]] = [
+                ("feedq pipeline, 2 readers", functools.partial(feedq_pipeline, wl, 2)),
+                ("feedq pipeline, 1 reader", functools.partial(feedq_pipeline, wl, 1)),
+                ("feedq single-thread direct loop", functools.partial(feedq_direct, wl)),
+            ]
             if tf is not None:
-                def tf_lines() -> int:
-                    ds = tf.data.TextLineDataset(str(p)).batch(BATCH).map(
-                        lambda x: tf.io.decode_csv(x, defaults), num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
-                    return sum(int(b[0].shape[0]) for b in ds)
+                systems += [("TF1 queues (2 readers)", functools.partial(tf1_queues, tf, wl)),
+                            ("tf.data", functools.partial(tf_data, tf, wl))]
+            if wl.name in REFERENCE:
+                label, fn = REFERENCE[wl.name]
+                systems.append((f"reference: {label}", functools.partial(fn, wl)))
+            for _, fn in systems:  # warm-up: page cache, imports, graph building
+                fn()
+            times: dict[str, list[float]] = {s: [] for s, _ in systems}
+            for _ in range(args.repeats):
+                for s, fn in systems:
+                    t = time.perf_counter()
+                    got = fn()
+                    times[s].append(time.perf_counter() - t)
+                    if got and got != n:
+                        raise AssertionError(f"{wl.name} / {s}: {got} records, expected {n}")
+            size = wl.file_bytes
+            rates = {s: n / statistics.median(ts) for s, ts in times.items()}
+            for s in times:
+                spread = f"{min(n / t for t in times[s]) / 1e6:.2f}-{max(n / t for t in times[s]) / 1e6:.2f}"
+                rows.append((wl.name, s, rates[s], size / statistics.median(times[s]) / 1e6, spread))
+                print(f"{wl.name:<9} {s:<44} {rates[s] / 1e6:7.2f} M rec/s  ({spread})", flush=True)
+            check(wl.name, rates)
+    load1 = os.getloadavg()
+    print(f"\n# load average at the end: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    print("\n| workload | system | M records/s | MB/s (file bytes) | range over rounds |")
+    print("| --- | --- | ---: | ---: | --- |")
+    for w, s, r, m, spread in rows:
+        print(f"| {w} | {s} | {r / 1e6:.2f} | {m:.0f} | {spread} |")
+    print("\n" + "\n".join(CHECKS))
 
-                t, c = time_it(tf_lines, reps)
-                report("CSV 8f+1i", "tf.data TextLineDataset+decode_csv", t, c, size)
 
-                def tf_csv() -> int:
-                    ds = tf.data.experimental.CsvDataset(str(p), [tf.float32] * 8 + [tf.int32]).batch(BATCH).prefetch(4)
-                    return sum(int(b[0].shape[0]) for b in ds)
+CHECKS: list[str] = []
 
-                t, c = time_it(tf_csv, reps)
-                report("CSV 8f+1i", "tf.data CsvDataset", t, c, size)
 
-        if "fixed" in only:
-            p = d / "data.bin"
-            p.write_bytes(rng.integers(0, 256, n * 132, dtype=np.uint8).tobytes())
-            size = p.stat().st_size
-            t, _ = time_it(lambda: raw_read(p), reps)
-            report("fixed 132 B", "raw read of the bytes", t, n, size)
-
-            def frombuffer() -> int:
-                return np.frombuffer(p.read_bytes(), dtype="<f4").reshape(-1, 33).shape[0]
-
-            t, c = time_it(frombuffer, reps)
-            report("fixed 132 B", "np.frombuffer on the whole file", t, c, size)
-            MAX_BLOCK[0] = 0
-            t, c = time_it(lambda: feedq_blocks(FixedLengthRecordReader(132), p,
-                                                lambda b: [decode_raw(b, np.float32)]), reps)
-            report("fixed 132 B", "feedq FixedLengthRecordReader+decode_raw", t, c, size, f"max block {MAX_BLOCK[0] >> 20} MiB")
-            if tf is not None:
-                def tf_fixed() -> int:
-                    ds = tf.data.FixedLengthRecordDataset(str(p), 132).batch(BATCH).map(
-                        lambda x: tf.io.decode_raw(x, tf.float32), num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
-                    return sum(int(b.shape[0]) for b in ds)
-
-                t, c = time_it(tf_fixed, reps)
-                report("fixed 132 B", "tf.data FixedLengthRecordDataset+decode_raw", t, c, size)
-
-        feats = {"x": FixedLenFeature([32], np.float32), "label": FixedLenFeature([], np.int64)}
-        plain = d / "ex.tfr"
-        if {"tfrecord", "gzip"} & only:
-            make_examples(plain, n, rng)
-        if "tfrecord" in only:
-            size = plain.stat().st_size
-            t, _ = time_it(lambda: raw_read(plain), reps)
-            report("TFRecord Example", "raw read of the bytes", t, n, size)
-            MAX_BLOCK[0] = 0
-            t, c = time_it(lambda: feedq_blocks(TFRecordReader(), plain,
-                                                lambda b: list(parse_example(b, feats).values())), reps)
-            report("TFRecord Example", "feedq TFRecordReader+parse_example", t, c, size, f"max block {MAX_BLOCK[0] >> 20} MiB")
-            t, c = tfrecord_package(plain, min(n, SLOW_BASELINE_CAP))
-            if c:
-                report("TFRecord Example", "tfrecord package tfrecord_loader", t, c, size * c // n,
-                       f"first {c} records")
-            if tf is not None:
-                tf_feats = {"x": tf.io.FixedLenFeature([32], tf.float32), "label": tf.io.FixedLenFeature([], tf.int64)}
-
-                def tf_ex() -> int:
-                    ds = tf.data.TFRecordDataset(str(plain)).batch(BATCH).map(
-                        lambda x: tf.io.parse_example(x, tf_feats), num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
-                    return sum(int(b["label"].shape[0]) for b in ds)
-
-                t, c = time_it(tf_ex, reps)
-                report("TFRecord Example", "tf.data TFRecordDataset+parse_example", t, c, size)
-
-        if "gzip" in only:
-            gz = d / "ex.tfr.gz"
-            gzip_file(plain, gz)
-            size = gz.stat().st_size
-            t, _ = time_it(lambda: gunzip(gz), reps)
-            report("TFRecord GZIP", "plain gunzip (zlib) of the file", t, n, size)
-            MAX_BLOCK[0] = 0
-            t, c = time_it(lambda: feedq_blocks(TFRecordReader(options="GZIP"), gz,
-                                                lambda b: list(parse_example(b, feats).values())), reps)
-            report("TFRecord GZIP", "feedq TFRecordReader(GZIP)+parse_example", t, c, size, f"max block {MAX_BLOCK[0] >> 20} MiB")
-            if tf is not None:
-                tf_feats = {"x": tf.io.FixedLenFeature([32], tf.float32), "label": tf.io.FixedLenFeature([], tf.int64)}
-
-                def tf_gz() -> int:
-                    ds = tf.data.TFRecordDataset(str(gz), compression_type="GZIP").batch(BATCH).map(
-                        lambda x: tf.io.parse_example(x, tf_feats), num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
-                    return sum(int(b["label"].shape[0]) for b in ds)
-
-                t, c = time_it(tf_gz, reps)
-                report("TFRecord GZIP", "tf.data TFRecordDataset(GZIP)+parse_example", t, c, size)
-
-        if "varlen" in only:
-            vp = d / "varlen.tfr"
-            make_varlen(vp, n, rng)
-            size = vp.stat().st_size
-            vfeats = {"ids": FixedLenSequenceFeature([], np.int64, allow_missing=True)}
-            MAX_BLOCK[0] = 0
-            t, c = time_it(lambda: feedq_blocks(TFRecordReader(), vp,
-                                                lambda b: list(parse_example(b, vfeats).values())), reps)
-            report("VarLen Int64List", "feedq TFRecordReader+parse_example (padded)", t, c, size, f"max block {MAX_BLOCK[0] >> 20} MiB")
-            if tf is not None:
-                tf_v = {"ids": tf.io.FixedLenSequenceFeature([], tf.int64, allow_missing=True)}
-
-                def tf_var() -> int:
-                    ds = tf.data.TFRecordDataset(str(vp)).batch(BATCH).map(
-                        lambda x: tf.io.parse_example(x, tf_v), num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
-                    return sum(int(b["ids"].shape[0]) for b in ds)
-
-                t, c = time_it(tf_var, reps)
-                report("VarLen Int64List", "tf.data TFRecordDataset+parse_example", t, c, size)
-
-    print("\n| workload | system | M records/s | MB/s | note |\n| --- | --- | ---: | ---: | --- |")
-    for w, s, r, m, note in ROWS:
-        print(f"| {w} | {s} | {r / 1e6:.2f} | {m:.0f} | {note} |")
+def check(name: str, rates: dict[str, float]) -> None:
+    if name not in TARGETS:
+        return
+    floor, ref, ratio = TARGETS[name]
+    pipe = rates["feedq pipeline, 2 readers"]
+    direct = rates["feedq single-thread direct loop"]
+    ref_key = next((s for s in rates if s.startswith(ref)), None)
+    parts = [f"{name}: pipeline {pipe / 1e6:.2f} M rec/s (target >= {floor}: {'ok' if pipe >= floor * 1e6 else 'MISSED'})"]
+    if ref_key is not None:
+        r = pipe / rates[ref_key]
+        parts.append(f"{r:.2f}x {ref_key} (target >= {ratio}x: {'ok' if r >= ratio else 'MISSED'})")
+    r = pipe / direct
+    parts.append(f"{r:.2f}x the direct loop (target >= 1.3x: {'ok' if r >= 1.3 else 'MISSED'})")
+    CHECKS.append("; ".join(parts))
+    print("  " + CHECKS[-1], flush=True)
 
 
 if __name__ == "__main__":

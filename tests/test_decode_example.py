@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import feedq.readers._example as example_mod
 import feedq.readers._example_wire as wire_mod
 from feedq.errors import InvalidArgumentError
 from feedq.queues import FIFOQueue
@@ -46,11 +47,14 @@ def protobuf_only(serialized, features, single: bool = False):
         r[0][:] = True
         return r
 
+    kernel = example_mod._KERNEL
     wire_mod._walk = all_slow
+    example_mod._KERNEL = False  # the walker's path, not the native kernel's
     try:
         return (parse_single_example if single else parse_example)(serialized, features)
     finally:
         wire_mod._walk = orig
+        example_mod._KERNEL = kernel
 
 
 def same(a, b) -> None:

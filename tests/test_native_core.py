@@ -67,5 +67,7 @@ def test_version_names_the_active_core() -> None:
         env = dict(os.environ, FEEDQ_PURE_PYTHON=env_value)
         out = subprocess.run([sys.executable, "-m", "feedq", "--version"], env=env,
                              capture_output=True, text=True, timeout=60, check=True).stdout
+        # "0" is the default: the native core when it is built (whatever
+        # FEEDQ_PURE_PYTHON says in the environment running this test).
         expected = want or ("native" if nat.NATIVE is not None else "python")
         assert out.strip().endswith(f"(core: {expected})"), out

@@ -276,12 +276,13 @@ def test_eio_in_a_plain_text_file_is_data_loss_after_the_good_lines(
 
 
 def test_eio_in_a_gzip_tfrecord_names_the_compressed_offset(tmp_path: Path, eio_at: Any) -> None:
-    recs = [os.urandom(1000) for _ in range(600)]  # ~600 KB, incompressible
+    step = _io._ZLIB_COMPRESSED_CHUNK  # compressed bytes per read (1 MiB)
+    recs = [os.urandom(1000) for _ in range(step // 1000 + 600)]  # incompressible
     p = write_tfr(tmp_path / "a.tfr.gz", recs, "GZIP")
-    eio_at(p, 300_000)  # the second 256 KiB compressed read fails
+    eio_at(p, step + 40_000)  # the second compressed read fails
     out = drain(TFRecordReader(options="GZIP"), closed_queue(p), 1000)
     assert out[:-1] == recs[: len(out) - 1] and len(out) > 200
-    assert out[-1] == ("ERR", f"{p}: read failed at compressed offset 262144: Input/output error")
+    assert out[-1] == ("ERR", f"{p}: read failed at compressed offset {step}: Input/output error")
 
 
 def test_eio_in_whole_file_reader_is_data_loss(tmp_path: Path, eio_at: Any) -> None:

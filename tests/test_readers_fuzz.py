@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import feedq.readers._csv as csv_mod
+import feedq.readers._example as example_mod
 import feedq.readers._example_wire as wire_mod
 from feedq.errors import DataLossError, InvalidArgumentError, OutOfRangeError
 from feedq.queues import FIFOQueue
@@ -214,11 +215,14 @@ def protobuf_only(recs):
         r[0][:] = True
         return r
 
+    kernel = example_mod._KERNEL
     wire_mod._walk = all_slow
+    example_mod._KERNEL = False  # the walker's path, not the native kernel's
     try:
         return parse_example(recs, FEATURES)
     finally:
         wire_mod._walk = orig
+        example_mod._KERNEL = kernel
 
 
 def assert_paths_agree(recs) -> None:
@@ -342,15 +346,19 @@ def test_sparse_and_ragged_walker_equals_protobuf(recs, flips) -> None:
         r[0][:] = True
         return r
 
+    kernel = example_mod._KERNEL
     wire_mod._walk = all_slow
+    example_mod._KERNEL = False  # the walker's path, not the native kernel's
     try:
         want = parse_example(recs, COMPOSITE)
     except InvalidArgumentError as exc:
+        wire_mod._walk, example_mod._KERNEL = orig, kernel
         with pytest.raises(InvalidArgumentError, match=f"^{re.escape(exc.message)}$"):
             parse_example(recs, COMPOSITE)
         return
     finally:
         wire_mod._walk = orig
+        example_mod._KERNEL = kernel
     got = parse_example(recs, COMPOSITE)
     assert got["sp"].indices.tolist() == want["sp"].indices.tolist()
     assert got["sp"].values.tolist() == want["sp"].values.tolist()

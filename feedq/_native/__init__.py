@@ -16,7 +16,8 @@ Kernels (buffers in, NumPy arrays out; nothing here imports the rest of feedq):
   the CPU has it, slicing-by-8 tables otherwise);
 * :func:`scan_tfrecords` -- TFRecord framing with both CRCs checked;
 * :func:`parse_examples` -- ``tf.train.Example`` records into columns;
-* :func:`pad_ragged` -- values + row splits into a dense padded array.
+* :func:`pad_ragged` -- values + row splits into a dense padded array;
+* :func:`take_bytes` -- (start, end) offsets into a buffer -> bytes objects.
 
 :data:`NATIVE` (None when the extension is not built) and :data:`PURE` are
 the two implementations as :class:`Kernels` objects, for tests and
@@ -91,6 +92,7 @@ __all__ = [
     "pad_ragged",
     "parse_examples",
     "scan_tfrecords",
+    "take_bytes",
 ]
 
 #: The environment variable that forces the pure-Python twin (any value but "" or "0").
@@ -122,3 +124,4 @@ masked_crc32c = _ACTIVE.masked_crc32c
 scan_tfrecords = _ACTIVE.scan_tfrecords
 parse_examples = _ACTIVE.parse_examples
 pad_ragged = _ACTIVE.pad_ragged
+take_bytes = _ACTIVE.take_bytes

@@ -358,6 +358,22 @@ class Kernels:
             splits.append(sp)
         return ParsedExamples(kinds, counts, values, splits, int(err_index), int(err_code))
 
+    # ---------------------------------------------------------- bytes values
+    def take_bytes(self, buf: Any, offsets: Any) -> np.ndarray:
+        """The bytes objects ``buf[start:end]`` of each ``(start, end)`` row of
+        ``offsets`` (e.g. a bytes feature's values from :meth:`parse_examples`),
+        as an ``[N]`` object array.
+
+        Raises:
+            ValueError: ``offsets`` is not ``[N, 2]``, or a pair is not within
+                ``buf`` with ``start <= end``.
+        """
+        mv = _byte_view(buf)
+        off = np.ascontiguousarray(offsets, dtype=np.int64)
+        if off.ndim != 2 or off.shape[1] != 2:
+            raise ValueError(f"offsets must be [N, 2] (start, end) pairs, got shape {off.shape}")
+        return _object_array(self.backend.take_bytes(mv, off))
+
     # ------------------------------------------------------------- padding
     def pad_ragged(
         self, values: Any, splits: Any, width: int | None = None, pad: Any = 0
@@ -412,6 +428,12 @@ class Kernels:
             vals.view(np.uint8), vals.dtype.itemsize, sp, width, padv.tobytes(), out.view(np.uint8)
         )
         return out
+
+
+def _object_array(items: list[Any]) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
 
 
 def _request(f: FeatureRequest | tuple[Any, ...]) -> FeatureRequest:

@@ -1349,6 +1349,60 @@ done:
     return res;
 }
 
+/* ------------------------------------------------------------ bytes values */
+
+/*
+ * take_bytes(buf, offsets) -> list of bytes
+ *
+ * offsets: int64 [N * 2], (start, end) pairs; item i is buf[start:end]. Every
+ * pair is checked (0 <= start <= end <= len(buf)) before any object is made
+ * (ValueError naming the first bad pair otherwise).
+ */
+static PyObject *
+py_take_bytes(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, off;
+    PyObject *out = NULL;
+    Py_ssize_t n, i;
+    if (!PyArg_ParseTuple(args, "y*y*:take_bytes", &buf, &off))
+        return NULL;
+    if (off.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "take_bytes: offsets must be int64 (start, end) pairs");
+        goto done;
+    }
+    n = off.len / 16;
+    for (i = 0; i < n; i++) {
+        int64_t a, b;
+        memcpy(&a, (const uint8_t *)off.buf + 16 * i, 8);
+        memcpy(&b, (const uint8_t *)off.buf + 16 * i + 8, 8);
+        if (a < 0 || b < a || b > (int64_t)buf.len) {
+            PyErr_Format(PyExc_ValueError,
+                         "take_bytes: pair %zd (%lld, %lld) is outside the buffer of %zd bytes", i,
+                         (long long)a, (long long)b, buf.len);
+            goto done;
+        }
+    }
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        int64_t a, b;
+        PyObject *item;
+        memcpy(&a, (const uint8_t *)off.buf + 16 * i, 8);
+        memcpy(&b, (const uint8_t *)off.buf + 16 * i + 8, 8);
+        item = PyBytes_FromStringAndSize((const char *)buf.buf + a, (Py_ssize_t)(b - a));
+        if (item == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&off);
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1361,6 +1415,7 @@ static PyMethodDef methods[] = {
     {"scan_tfrecords", py_scan_tfrecords, METH_VARARGS, "TFRecord framing (see feedq._native)."},
     {"parse_examples", py_parse_examples, METH_VARARGS, "tf.train.Example parsing (see feedq._native)."},
     {"pad_ragged", py_pad_ragged, METH_VARARGS, "values + row splits -> dense (see feedq._native)."},
+    {"take_bytes", py_take_bytes, METH_VARARGS, "buffer slices -> bytes objects (see feedq._native)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -664,3 +664,18 @@ def pad_ragged(
         rows[i, :n] = values[prev * itemsize : nxt * itemsize]
         rows[i, n:] = padrow[n:]
         prev = nxt
+
+
+def take_bytes(buf: Any, offsets: Any) -> list[bytes]:
+    """See ``_core.c`` ``py_take_bytes``: ``buf[start:end]`` for each int64 pair."""
+    mv = memoryview(buf).cast("B") if memoryview(buf).format != "B" else memoryview(buf)
+    flat = np.ascontiguousarray(offsets, dtype=np.int64).reshape(-1)
+    if len(flat) % 2:
+        raise ValueError("take_bytes: offsets must be int64 (start, end) pairs")
+    pairs = flat.reshape(-1, 2)
+    bad = np.flatnonzero((pairs[:, 0] < 0) | (pairs[:, 1] < pairs[:, 0]) | (pairs[:, 1] > len(mv)))
+    if bad.size:
+        i = int(bad[0])
+        a, b = (int(x) for x in pairs[i])
+        raise ValueError(f"take_bytes: pair {i} ({a}, {b}) is outside the buffer of {len(mv)} bytes")
+    return [bytes(mv[a:b]) for a, b in pairs.tolist()]

@@ -580,11 +580,22 @@ class PaddingFIFOQueue(FIFOQueue):
     def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
         assert comp.shape is not None
         rows = [r for part in parts for r in part]
+        fill = self._storage_args["padding_values"][comp.index]
+        if len(comp.shape) == 1 and rows:
+            # A vector of varying length (the common case): all rows at once.
+            lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+            width = int(lens.max())
+            if int(lens.min()) == width:  # rows of one enqueued block: no padding
+                padded = np.empty((len(rows), width), dtype=comp.dtype)
+                np.concatenate(rows, out=padded.reshape(-1))
+                return padded
+            padded = np.full((len(rows), width), fill, dtype=comp.dtype)
+            padded[np.arange(width) < lens[:, None]] = np.concatenate(rows)
+            return padded
         dims = [
             d if d is not None else max((r.shape[j] for r in rows), default=0)
             for j, d in enumerate(comp.shape)
         ]
-        fill = self._storage_args["padding_values"][comp.index]
         out = np.full((len(rows), *dims), fill, dtype=comp.dtype)
         for i, r in enumerate(rows):
             index: tuple[Any, ...] = (i, *(slice(0, s) for s in r.shape))

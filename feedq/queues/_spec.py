@@ -186,10 +186,14 @@ class Component:
             )
         if self.dense:
             return arr
-        rows = np.empty(arr.shape[0], dtype=object)
-        for i in range(arr.shape[0]):
-            rows[i] = np.array(arr[i], copy=True)
-        return rows
+        # Ragged rows are stored by reference, one array each: copy the batch
+        # once (later changes by the caller do not reach the queue) and hand
+        # its rows over as views -- no copy and no Python step per row. (The
+        # None makes np.array build a 1-D object array of the rows.)
+        rows = list(np.array(arr, copy=True))
+        rows.append(None)
+        out: np.ndarray[Any, Any] = np.array(rows, dtype=object)[:-1]
+        return out
 
 
 

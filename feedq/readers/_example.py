@@ -1,13 +1,21 @@
 """parse_example / parse_single_example (P1-P4): the parse driver.
 
-Two paths, one result:
+Two ways to read the wire format, one result:
 
-* the **vectorised walker** (:mod:`feedq.readers._example_wire`) reads the
-  protobuf wire format of a whole batch at once with NumPy;
-* every record the walker cannot vouch for is parsed by **protobuf**
+* with the compiled core (``feedq._native.CORE == "native"``), **the
+  kernel** :func:`feedq._native.parse_examples` parses every record of a
+  batch (a whole :class:`RecordBlock`, whatever the records' lengths) in one
+  call with the GIL released, validating each record as protobuf does;
+  FixedLenFeature columns come back filled (defaults included) and
+  FixedLenSequenceFeature rows are padded by :func:`feedq._native.pad_ragged`;
+* without it, the **vectorised walker** (:mod:`feedq.readers._example_wire`)
+  reads the wire format of a whole batch at once with NumPy, and every
+  record the walker cannot vouch for is parsed by **protobuf**
   (:func:`_parse_slow`), one record at a time, and merged back in order.
+  (The core's pure-Python twin is exact but slower than this walker, so it
+  is not used here.)
 
-Both produce the same per-column intermediate (kind and value count per
+All produce the same per-column intermediate (kind and value count per
 record plus the flat values, :class:`_Parsed`), and ONE assembly step
 (:func:`_assemble`) turns it into the outputs and raises the errors, so
 results and messages are identical whichever path a record took. Feature
@@ -23,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from feedq import _native
 from feedq.errors import InvalidArgumentError
 from feedq.readers import _example_wire as _wire
 from feedq.readers._base import RecordBlock
@@ -55,6 +64,16 @@ __all__ = ["parse_example", "parse_single_example"]
 #: What parse_example takes (P1-P4, SparseFeature, RaggedFeature).
 _EXAMPLE_FEATURES = (FixedLenFeature, VarLenFeature, FixedLenSequenceFeature, SparseFeature, RaggedFeature)
 
+#: Parse with the compiled kernel (True when the native core is active; tests
+#: set it to False to compare with the walker + protobuf path).
+_KERNEL: bool = _native.CORE == "native"
+
+
+def _not_an_example(rec: bytes) -> InvalidArgumentError:
+    """TF's error for bytes that are not a serialized Example (P1)."""
+    shown = repr(rec[:512])[2:-1]
+    return InvalidArgumentError(f"Could not parse example input, value: '{shown}'")
+
 
 # --------------------------------------------------------------------------- protobuf path
 def _fmap_row(fmap: Any, specs: list[_Spec]) -> list[tuple[int, Any]]:
@@ -84,10 +103,7 @@ def _parse_slow(recs: list[bytes], specs: list[_Spec]) -> list[list[tuple[int, A
         try:
             ex.ParseFromString(rec)
         except (DecodeError, ValueError, RuntimeError):
-            shown = repr(rec[:512])[2:-1]
-            raise InvalidArgumentError(
-                f"Could not parse example input, value: '{shown}'"
-            ) from None
+            raise _not_an_example(rec) from None
         out.append(_fmap_row(ex.features.feature, specs))
     return out
 
@@ -138,9 +154,12 @@ def _records(serialized: Any) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray
 
 
 def _parse(serialized: Any, specs: list[_Spec]) -> tuple[list[_Parsed], int, tuple[int, ...]]:
-    """Every column of every record: the walker's rows merged with protobuf's, in order."""
+    """Every column of every record: the kernel's, or the walker's rows merged
+    with protobuf's, in order."""
     data, starts, ends, fixed, shape = _records(serialized)
     B = len(starts)
+    if _KERNEL:
+        return _parse_kernel(data, starts, ends, specs), B, shape
     u8 = np.frombuffer(data, dtype=np.uint8)
     if fixed is None and B > 1 and len(data) == B * int(ends[0] - starts[0]):
         fixed = u8.reshape(B, -1)  # joined records of one length
@@ -201,6 +220,58 @@ def _parse(serialized: Any, specs: list[_Spec]) -> tuple[list[_Parsed], int, tup
             vals, vrows = _merge(vals, vrows, counts, svals, np.array(srows, dtype=np.int64), sp.kind)
         out.append(_Parsed(kind, counts, vals))
     return out, B, shape
+
+
+def _parse_kernel(data: bytes, starts: np.ndarray, ends: np.ndarray, specs: list[_Spec]) -> list[_Parsed]:
+    """Every column of every record, by one call of the native kernel.
+
+    One request per key: a FixedLenFeature of numbers read by nothing else
+    gets a ``[B, n]`` column prefilled with its default (the kernel writes
+    the records of the right kind and count); every other key is read as
+    flat values + row splits, shared by the columns reading it. Bytes
+    values come back as offsets into ``data``.
+
+    Raises:
+        InvalidArgumentError: the first record protobuf would reject, as
+            :func:`_parse_slow` words it, before any other check.
+    """
+    B = len(starts)
+    groups: dict[bytes, list[int]] = {}
+    for i, sp in enumerate(specs):
+        groups.setdefault(sp.kb, []).append(i)
+    reqs: list[_native.FeatureRequest] = []
+    cols: list[np.ndarray | None] = []
+    for kb, idx in groups.items():
+        sp = specs[idx[0]]
+        if len(idx) == 1 and sp.cls == "fixed" and sp.kind != _BYTES:
+            # Unwritten rows are missing records: they get the default, or
+            # (no default) an error is raised before the column is used.
+            col = np.empty((B, sp.n), dtype=_KIND_DTYPE[sp.kind])
+            if sp.default is not None and sp.n:
+                col[...] = np.asarray(sp.default, dtype=col.dtype).reshape(sp.n)
+            reqs.append(_native.FeatureRequest(kb, sp.kind, sp.n))
+            cols.append(col)
+        else:
+            reqs.append(_native.FeatureRequest(kb, sp.kind, -1))
+            cols.append(None)
+    res = _native.parse_examples(data, starts, ends - starts, reqs, out=cols)
+    if res.error_index >= 0:
+        i = res.error_index
+        raise _not_an_example(data[int(starts[i]) : int(ends[i])])
+    out: list[_Parsed | None] = [None] * len(specs)
+    for g, idx in enumerate(groups.values()):
+        req = reqs[g]
+        p: _Parsed
+        if cols[g] is not None:
+            p = _Parsed(res.kinds[g], res.counts[g], None, dense=res.values[g], wanted=req.kind)
+        else:
+            vals = res.values[g]
+            if req.kind == _BYTES:
+                vals = _native.take_bytes(data, vals)
+            p = _Parsed(res.kinds[g], res.counts[g], vals, splits=res.splits[g])
+        for i in idx:
+            out[i] = p
+    return [p for p in out if p is not None]
 
 
 def _drop_rows(vals: np.ndarray, counts: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -284,6 +355,9 @@ def _column_output(sp: _Spec, p: _Parsed, B: int, single: bool) -> Any:
     ok_kind = p.kind == sp.kind
     counts = np.where(ok_kind, p.count, 0)
     dt = _KIND_DTYPE[sp.kind]
+    if sp.cls == "fixed" and p.dense is not None:
+        res = p.dense.reshape((B,) + sp.shape)  # the kernel's column, defaults in place
+        return res[0] if single else res
     if sp.cls == "fixed":
         res = np.empty((B,) + sp.shape, dtype=dt)
         flat = res.reshape(B, sp.n)
@@ -309,6 +383,15 @@ def _column_output(sp: _Spec, p: _Parsed, B: int, single: bool) -> Any:
         )
     groups = counts // sp.n
     G = int(groups.max()) if B else 0
+    if _KERNEL and sp.kind != _BYTES:
+        # One pass over the values in C (rows copied whole, the pad after them).
+        splits = p.splits
+        if splits is None:
+            splits = np.zeros(B + 1, dtype=np.int64)
+            np.cumsum(counts, out=splits[1:])
+        padded = _native.pad_ragged(p.values, splits, G * sp.n, sp.default)
+        res = padded.reshape((B, G) + sp.shape)
+        return res[0] if single else res
     res = np.empty((B, G * sp.n), dtype=dt)
     res[...] = sp.default
     if len(p.values):

@@ -48,14 +48,52 @@ class _WireSpec(Protocol):
 
 
 class _Parsed:
-    """Per feature: kind (0 = missing) and value count per record, flat values."""
+    """Per feature: kind (0 = missing) and value count per record, flat values.
 
-    __slots__ = ("count", "kind", "values")
+    ``values`` are the values of the records whose kind is the expected one,
+    in record order. The native kernel may hand over more: ``dense``, a
+    ``[B, n]`` column of a FixedLenFeature already holding the values of each
+    record of kind ``wanted`` with ``n`` values (the default elsewhere;
+    meaningful once the column's errors are checked), from which ``values``
+    is derived on demand; ``splits``, the ``[B + 1]`` row splits of
+    ``values``.
+    """
 
-    def __init__(self, kind: np.ndarray, count: np.ndarray, values: np.ndarray) -> None:
+    __slots__ = ("_values", "_wanted", "count", "dense", "kind", "splits")
+
+    def __init__(
+        self,
+        kind: np.ndarray,
+        count: np.ndarray,
+        values: np.ndarray | None,
+        *,
+        dense: np.ndarray | None = None,
+        wanted: int = 0,
+        splits: np.ndarray | None = None,
+    ) -> None:
+        if values is None and (dense is None or not wanted):
+            raise ValueError("_Parsed needs values, or a dense column and its kind")
         self.kind = kind
         self.count = count
-        self.values = values  # values of records whose kind is the expected one
+        self._values = values
+        self.dense = dense
+        self._wanted = wanted  # the kind of the dense column's records
+        self.splits = splits
+
+    @property
+    def values(self) -> np.ndarray:
+        """Flat values of the records whose kind is the expected one (record order)."""
+        if self._values is None:
+            dense = self.dense
+            assert dense is not None
+            # Rows of the right kind and count hold their values.
+            rows = np.flatnonzero((self.kind == self._wanted) & (self.count == dense.shape[1]))
+            self._values = dense[rows].reshape(-1)
+        return self._values
+
+    @values.setter
+    def values(self, v: np.ndarray) -> None:
+        self._values = v
 
 
 

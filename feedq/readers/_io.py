@@ -53,8 +53,13 @@ __all__ = [
 
 logger = logging.getLogger("feedq.readers")
 
-_COMPRESSED_CHUNK = 256 * 1024  # compressed bytes fed to zlib per step
-_INFLATE_CHUNK = 1 << 20  # decompressed bytes per chunk handed over (2 wait at most)
+_COMPRESSED_CHUNK = 256 * 1024  # compressed bytes fed to zstd per step
+_INFLATE_CHUNK = 1 << 20  # zstd: decompressed bytes per chunk handed over (2 wait at most)
+# GZIP/ZLIB inflate in large steps on the read-ahead thread: zlib releases the
+# GIL for the whole call, and every step ends by taking the GIL back -- the
+# fewer the steps, the fewer waits for a GIL held by the reading thread.
+_ZLIB_COMPRESSED_CHUNK = 1 << 20  # compressed bytes read and fed to zlib per step
+_ZLIB_INFLATE_CHUNK = 1 << 20  # decompressed bytes per chunk at most (2 wait at most)
 #: Longest single wait for a pipe to become readable: a close() or a passed
 #: deadline is noticed within this many seconds.
 POLL_SLICE = 0.05
@@ -240,7 +245,7 @@ class _Inflater:
 
     def _read_raw(self) -> bytes:
         try:
-            data: bytes = self._raw.read(_COMPRESSED_CHUNK)
+            data: bytes = self._raw.read(_ZLIB_COMPRESSED_CHUNK)
         except INTERRUPTS:  # a TimeoutError is an OSError too: not a read error
             raise
         except OSError as exc:  # EIO and friends: the module's promise (R14)
@@ -580,8 +585,10 @@ class ByteStream:
     total size when known without reading (regular files with a nonzero
     ``st_size``), else ``None``: pipes, devices and ``/proc``-style files
     are read to their end. Compressed streams of regular files decompress
-    one chunk ahead in a background thread (``prefetch``), overlapping
-    decompression with the caller's decoding.
+    ahead in a background thread (``prefetch``), overlapping decompression
+    with the caller's decoding: GZIP/ZLIB in steps of 1 MiB of compressed
+    input and chunks of up to 1 MiB (zlib runs without the GIL, so the
+    reading thread parses while the next chunk inflates), two chunks ahead.
 
     Errors are sticky: a read that fails after some bytes returns those
     bytes, and the next read raises the ``DataLossError``, as does every read
@@ -612,6 +619,7 @@ class ByteStream:
         #: True for pipes and devices: reads may wait, and return short before the end.
         self.streaming = streaming
         self._inflater: _Decoder | None = None
+        self._chunk_size = 0  # decompressed bytes per chunk
         self._prefetch: _Prefetcher | None = None
         self._chunk = b""
         self._chunk_pos = 0
@@ -620,11 +628,13 @@ class ByteStream:
         else:
             if compression == "ZSTD":
                 self._inflater = _ZstdInflater(name, raw)
+                self._chunk_size = _INFLATE_CHUNK
             else:
                 self._inflater = _Inflater(name, raw, compression)
+                self._chunk_size = _ZLIB_INFLATE_CHUNK
             # A pipe is read in the caller's thread, where its waits are bounded.
             if prefetch and not streaming:
-                self._prefetch = _Prefetcher(self._inflater, _INFLATE_CHUNK)
+                self._prefetch = _Prefetcher(self._inflater, self._chunk_size)
         # A reader dropped mid-file closes its file when collected, quietly.
         self._finalizer = weakref.finalize(self, _close, raw, self._prefetch)
 
@@ -632,7 +642,7 @@ class ByteStream:
         if self._prefetch is not None:
             return self._prefetch.get()
         assert self._inflater is not None
-        return self._inflater.produce(_INFLATE_CHUNK)
+        return self._inflater.produce(self._chunk_size)
 
     def _check(self) -> None:
         if self._closed:
