@@ -221,7 +221,7 @@ class Monitor:
                 out.append("    (ended)")
                 continue
             for entry in traceback.format_stack(frame):
-                out.extend("    " + line for line in entry.rstrip().splitlines())
+                out.extend("  " + line for line in entry.rstrip().splitlines())
         return "\n".join(out)
 
 

@@ -38,12 +38,9 @@ __all__ = [
     "verdict",
 ]
 
-# The verdict: the consumer "does not wait" when it waited on at most this
-# share of its takes and for at most this share of the elapsed time.
-_READY_TAKES = 0.9
-_READY_TIME = 0.05
-# A stage mostly waiting on its input passes the blame upstream.
-_PASS_UP = 0.5
+# The verdict: the consumer is the limit when it waited at most this share
+# of the elapsed time.
+_CONSUMER_WAITS = 0.10
 
 
 @dataclass(frozen=True)
@@ -332,39 +329,49 @@ def _pct(x: float) -> str:
 def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTiming) -> Bottleneck:
     """Name the stage that limits throughput.
 
-    The consumer that rarely waits is the limit itself (``stage=None``).
-    Otherwise the blame starts at the stage nearest the consumer and moves
-    upstream while the stage holding it spends more time waiting on its
-    input than working: the first stage found busy, not starved, is the
-    bottleneck (busy while the stage after it, or the consumer, waits on
-    it). A stage mostly blocked on its output is not the limit.
+    A consumer that spends little of its time waiting for data is the limit
+    itself (``stage=None``), and so is one that takes nothing while the
+    stage feeding it sits blocked on its full queue. Otherwise the blame
+    starts at the stage nearest the consumer and moves upstream while the
+    stage holding it spends more time waiting on its input than working:
+    the first stage found busy, not starved, is the bottleneck (busy while
+    the stage after it, or the consumer, waits on it).
     """
-    wait_share = consumer.wait_s / elapsed if elapsed > 0 else 0.0
     if not stages:
         return Bottleneck(None, "no stage timed yet")
-    if consumer.takes and (consumer.readiness >= _READY_TAKES or wait_share <= _READY_TIME):
+    wait_share = consumer.wait_s / elapsed if elapsed > 0 else 0.0
+    last = stages[-1]
+    l_busy, l_in, l_out = last.share(elapsed)
+    if not consumer.takes:
+        if l_out > max(l_busy, l_in):
+            return Bottleneck(None, (
+                f"no bottleneck: the consumer is the limit (it has taken nothing while "
+                f"{last.name!r} waited {_pct(l_out)} of its time on its full queue)"))
+        if not consumer.wait_s and not any(s.busy_s for s in stages):
+            return Bottleneck(None, "no bottleneck: nothing has run yet")
+    elif wait_share <= _CONSUMER_WAITS:
         return Bottleneck(None, (
-            f"no bottleneck: the consumer is the limit (data was ready for "
-            f"{_pct(consumer.readiness)} of {consumer.takes} takes; it waited "
-            f"{consumer.wait_s:.2f} s of {elapsed:.2f} s)"))
-    if not consumer.takes and not any(s.busy_s or s.input_wait_s for s in stages):
-        return Bottleneck(None, "no bottleneck: nothing has run yet")
-    # Walk upstream from the stage nearest the consumer.
+            f"no bottleneck: the consumer is the limit (it waited {_pct(wait_share)} of "
+            f"the time; data was ready for {_pct(consumer.readiness)} of {consumer.takes} "
+            "takes)"))
+    # The consumer waits: walk upstream from the stage nearest it.
     i = len(stages) - 1
     while i > 0:
-        busy, inp, _out = stages[i].share(elapsed)
-        if inp > _PASS_UP * (busy + inp) and inp > busy:
+        busy, inp, out = stages[i].share(elapsed)
+        if inp > busy and inp > out:
             i -= 1
             continue
         break
     s = stages[i]
     busy, inp, out = s.share(elapsed)
-    waiter = (f"the consumer waited on {_pct(1.0 - consumer.readiness)} of its takes"
-              if i == len(stages) - 1 or not consumer.takes else
-              f"{stages[i + 1].name!r} waited {_pct(stages[i + 1].share(elapsed)[1])} "
-              "of its time on input")
-    if not consumer.takes and i == len(stages) - 1:
-        waiter = "no consumer has taken yet"
+    if i < len(stages) - 1:
+        nxt = stages[i + 1]
+        waiter = f"{nxt.name!r} waits {_pct(nxt.share(elapsed)[1])} of its time on input"
+    elif consumer.takes:
+        waiter = (f"the consumer waits {_pct(wait_share)} of the time (data ready for "
+                  f"{_pct(consumer.readiness)} of its takes)")
+    else:
+        waiter = f"the consumer waits for its first take ({consumer.wait_s:.2f} s)"
     return Bottleneck(s.name, (
         f"{s.kind} {s.name!r} is busy {_pct(busy)} of its time ({s.threads} "
         f"thread{'s' if s.threads != 1 else ''}; input wait {_pct(inp)}, output wait "
