@@ -138,7 +138,7 @@ class Monitor:
             t = q._timing()
             sig.extend((t[2], t[3]))  # enqueued, dequeued
         for r, _kind in parts.runners:
-            sig.append(sum(a.ops for a in r._time_accounts()))
+            sig.append(r.statistics().ops_run)
         for stage, _name in parts.process:
             sig.append(int(stage._takes))
             sig.extend(h.received for h in list(stage._handles))

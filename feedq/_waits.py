@@ -23,9 +23,28 @@ from __future__ import annotations
 import threading
 import time
 
-__all__ = ["Account", "close_account", "current_account", "open_account"]
+__all__ = [
+    "Account", "close_account", "current_account", "open_account", "set_enabled", "timing_enabled",
+]
 
 _local = threading.local()
+# Runner threads started while this is False keep no account (their stage
+# shows zero times): only for measuring what the accounting costs
+# (benchmarks/stats_overhead.py). The queues' own counters stay on.
+_enabled = True
+
+
+def set_enabled(on: bool) -> bool:
+    """Turn per-thread accounting of runner threads started from now on
+    on or off; returns the previous setting."""
+    global _enabled
+    previous, _enabled = _enabled, bool(on)
+    return previous
+
+
+def timing_enabled() -> bool:
+    """Whether runner threads started now keep an account."""
+    return _enabled
 
 
 class Account:
@@ -40,11 +59,10 @@ class Account:
         input_s, output_s: finished waits in dequeues / enqueues.
         wait_since: start of the wait in progress, or ``None``.
         wait_output: whether the wait in progress is an enqueue's.
-        ops: op calls finished.
     """
 
     __slots__ = (
-        "ident", "input_s", "name", "op_s", "op_since", "ops", "output_s", "wait_output",
+        "ident", "input_s", "name", "op_s", "op_since", "output_s", "wait_output",
         "wait_since",
     )
 
@@ -57,7 +75,6 @@ class Account:
         self.output_s = 0.0
         self.wait_since: float | None = None
         self.wait_output = False
-        self.ops = 0
 
     def begin_wait(self, output: bool) -> float:
         """A queue call of this thread starts waiting; returns the start time."""
