@@ -347,3 +347,27 @@ def _no_default_stall() -> Iterator[None]:
     previous = feedq.set_stall_timeout(None)
     yield
     feedq.set_stall_timeout(previous)
+
+
+def test_stalled_process_worker_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    from tests import _process_builds as builds
+
+    caplog.set_level(logging.WARNING, logger="feedq")
+    with feedq.Pipeline(stall_timeout=STALL) as pipe:
+        stage = feedq.process_stage(builds.blocked_after_one, 1)
+        assert stage.dequeue(timeout=30).tolist() == [0]
+        pid = stage.pids[0]
+        with pytest.raises(feedq.errors.DeadlineExceededError):
+            stage.dequeue(timeout=STALL + 0.8)  # worker 0 sleeps after one batch
+        stats = pipe.statistics()
+    records = _stall_records(caplog)
+    assert len(records) == 1
+    msg = records[0].getMessage()
+    assert f"waiting for worker 0 (pid {pid}, alive, 1 batches received)" in msg
+    assert "stage.dequeue(timeout=STALL + 0.8)" in msg  # the consumer's stack
+    (timing,) = stats.stages
+    assert (timing.kind, timing.threads, timing.records_out) == ("process", 1, 1)
+    # One batch taken (it waited for the worker to start); the timed-out
+    # call took nothing, but its wait counts.
+    assert (stats.consumer.takes, stats.consumer.waited_takes) == (1, 1)
+    assert stats.consumer.wait_s >= STALL + 0.8
