@@ -382,7 +382,7 @@ class QueueRunner:
         if account is not None:
             with self._lock:
                 self._accounts.append(account)
-        clock = time.perf_counter
+        clock = time.monotonic
         started = 0.0
         try:
             while not (coord is not None and coord.should_stop()):
