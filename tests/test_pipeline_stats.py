@@ -91,7 +91,9 @@ def _run_pipeline(
     ],
 )
 def test_verdict_names_the_slow_stage(slow: str, expected: str | None) -> None:
-    delay = SLOW * BATCH if slow == "consume_s" else SLOW
+    # The consumer's case runs 3x longer, so that the wait for the first batch
+    # (thread start-up on a loaded machine) stays well under 10 % of the run.
+    delay = SLOW * BATCH * 3 if slow == "consume_s" else SLOW
     stats, got, report = _run_pipeline(**{slow: delay})
     assert sorted(got) == list(range(N))  # every id exactly once
     assert stats.bottleneck.stage == expected, report
@@ -401,7 +403,7 @@ def test_stalled_process_worker_is_named(caplog: pytest.LogCaptureFixture) -> No
     assert "stage.dequeue(timeout=STALL + 0.8)" in msg  # the consumer's stack
     (timing,) = stats.stages
     assert (timing.kind, timing.threads, timing.records_out) == ("process", 1, 1)
-    # One batch taken (it waited for the worker to start); the timed-out
-    # call took nothing, but its wait counts.
-    assert (stats.consumer.takes, stats.consumer.waited_takes) == (1, 1)
+    # One batch taken (whether it waited for the worker to start depends on
+    # the machine); the timed-out call took nothing, but its wait counts.
+    assert stats.consumer.takes == 1 and stats.consumer.waited_takes <= 1
     assert stats.consumer.wait_s >= STALL + 0.8
