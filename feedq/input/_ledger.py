@@ -20,7 +20,9 @@ as ranges (``skip``), and, for a deterministic batcher, the exact part (see
 
 from __future__ import annotations
 
+import base64
 import threading
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -40,14 +42,29 @@ _MASK = (1 << prov.UNIT_SHIFT) - 1
 _PRUNE_EVERY = 64
 
 
-def pack(arr: np.ndarray[Any, Any]) -> bytes:
-    """An int64 array as little-endian bytes (states hold bytes, not arrays)."""
-    return np.ascontiguousarray(arr, dtype="<i8").tobytes()
+def pack(arr: np.ndarray[Any, Any]) -> str:
+    """An int64 array as text: little-endian bytes, zlib, base64.
+
+    States hold str, not arrays or bytes, so that ``torch.load`` with
+    ``weights_only=True`` (PyTorch's default) accepts them.
+    """
+    raw = np.ascontiguousarray(arr, dtype="<i8").tobytes()
+    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
 
 
-def unpack(data: bytes) -> np.ndarray[Any, Any]:
-    """The int64 array :func:`pack` wrote."""
-    return np.frombuffer(data, dtype="<i8").astype(np.int64)
+def unpack(data: str) -> np.ndarray[Any, Any]:
+    """The int64 array :func:`pack` wrote.
+
+    Raises:
+        InvalidArgumentError: not what pack() writes.
+    """
+    try:
+        raw = zlib.decompress(base64.b64decode(data.encode("ascii"), validate=True))
+    except (ValueError, AttributeError, zlib.error) as exc:
+        raise InvalidArgumentError(f"not a feedq state: a packed array is corrupt ({exc})") from None
+    if len(raw) % 8:
+        raise InvalidArgumentError("not a feedq state: a packed array is corrupt")
+    return np.frombuffer(raw, dtype="<i8").astype(np.int64)
 
 
 def bits_to_ranges(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -146,6 +163,10 @@ class Ledger:
                     if top > self._next:
                         self._next = top
                         self._grow(top)
+            if not self.single and not report.reader_rows:
+                for ids in report.unclaimed:  # the producer's elements are the rows
+                    for u in ids.tolist():
+                        self._sizes[u] = 1
             for unit, size in report.sizes:
                 self._sizes[unit] = size
                 rec = self._records.get(unit)

@@ -94,8 +94,7 @@ def _producer(
     if tuple(arr.shape[1:]) != shape:
         raise ValueError(f"{name}: element_shape {list(shape)} does not match rows of shape {list(arr.shape[1:])}")
     epochs = _Epochs(num_epochs)
-    pipe = current_pipeline()
-    if pipe is not None and pipe.resumable:
+    if _resumable():
         return _resumable_producer(arr, shape, epochs, shuffle=shuffle, seed=seed, capacity=capacity,
                                    shared_name=shared_name, name=name, cancel_op=cancel_op, kind=kind,
                                    extra=extra)
@@ -357,8 +356,14 @@ def slice_input_producer(
         raise ValueError("slice_input_producer requires non-empty tensors")
     index = _producer(np.arange(n, dtype=np.int64), element_shape=None, num_epochs=num_epochs, shuffle=shuffle,
                       seed=seed, capacity=capacity, shared_name=shared_name, name=name or "input_producer",
-                      cancel_op=None, kind="slice", extra=_arrays_fingerprint(tensors))
+                      cancel_op=None, kind="slice",
+                      extra=_arrays_fingerprint(tensors) if _resumable() else None)
     return _SliceStage(index, tensors, names, single=False)
+
+
+def _resumable() -> bool:
+    pipe = current_pipeline()
+    return pipe is not None and pipe.resumable
 
 
 def _arrays_fingerprint(tensors: list[np.ndarray[Any, Any]]) -> dict[str, Any]:

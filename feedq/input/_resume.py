@@ -124,7 +124,7 @@ class Resume:
                 "ranges": pack(np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)),
             },
             "worklist": [_plain(v) for v in worklist],
-            "inputs": [bytes(v) for v in tracker.arr.tolist()] if tracker.kind == "string" else None,
+            "inputs": [to_text(v) for v in tracker.arr.tolist()] if tracker.kind == "string" else None,
             "exact": self._exact_part(upto) if self.exact else None,
         }
         return state
@@ -166,7 +166,8 @@ class Resume:
         if self._loaded:
             raise FailedPreconditionError("this stage was already restored")
         check_state(state, self.fingerprint, None)
-        view, worklist = _view(state)
+        assert self.tracker is not None
+        view, worklist = _view(state, self.tracker.n)
         self.ledger.load(view, len(worklist))
         exact = state["exact"]
         if self.exact and exact is not None:
@@ -210,7 +211,8 @@ def _diff(what: str, saved: dict[str, Any], now: dict[str, Any], skip: tuple[str
     return out
 
 
-def _view(state: dict[str, Any]) -> tuple[AnyView, list[Any]]:
+def _view(state: dict[str, Any], n: int) -> tuple[AnyView, list[Any]]:
+    """The saved units and work list (``n``: the producer's elements)."""
     units = unpack(state["units"])
     skips_raw = state["skips"]
     index = unpack(skips_raw["index"])
@@ -221,7 +223,10 @@ def _view(state: dict[str, Any]) -> tuple[AnyView, list[Any]]:
     for i, c in zip(index.tolist(), counts.tolist()):
         skips[int(units[i])] = ranges[at : at + c]
         at += c
-    return AnyView(int(state["producer"]["next"]), units, skips), list(state["worklist"])
+    nxt = state["producer"]["next"]
+    if nxt is None:  # a re-sharded state: the next epoch from its start
+        nxt = int(state["producer"]["epoch"]) * n
+    return AnyView(int(nxt), units, skips), list(state["worklist"])
 
 
 def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
@@ -233,9 +238,17 @@ def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
     and continue at the saved stream position.
     """
     check_state(state, None, tracker.fingerprint())
+    if state.get("elastic"):
+        mine = [to_text(v) for v in tracker.arr.tolist()]
+        if state.get("inputs") != mine:
+            raise InvalidArgumentError(
+                "this rank's files are not the ones the re-sharded state was dealt for "
+                "(rank r of N must read files[r::N])"
+            )
     tracker.seed = int(state["producer"]["seed"])
     tracker._orders.clear()
-    view, worklist = _view(state)
+    view, worklist = _view(state, tracker.n)
+    worklist = [to_bytes(v) for v in worklist]
     tracker._worklist = worklist
 
     def value(u: int) -> Any:
@@ -267,10 +280,21 @@ def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
     tracker.set_plan(entries, start, worklist)
 
 
+def to_text(value: Any) -> str:
+    """A file name (bytes) as text for a state (``torch.load(weights_only=True)``
+    refuses bytes); :func:`to_bytes` undoes it exactly."""
+    return bytes(value).decode("utf-8", "surrogateescape")
+
+
+def to_bytes(value: Any) -> Any:
+    """A state's text back to the producer's bytes (other values unchanged)."""
+    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+
+
 def _plain(value: Any) -> Any:
-    """A producer element as plain data (bytes, int, or a list)."""
+    """A producer element as plain data (text for bytes, int, or a list)."""
     if isinstance(value, (bytes, np.bytes_)):
-        return bytes(value)
+        return to_text(value)
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
