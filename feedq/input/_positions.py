@@ -75,6 +75,7 @@ class ProducerTracker:
         self._worklist: list[Any] = []  # values of work-list units (elastic)
         self.started = False
         self.fingerprint_extra: dict[str, Any] | None = None
+        self.overflow = False  # more than WORKLIST_BASE units were emitted
 
     # -- orders -------------------------------------------------------------------
 
@@ -131,6 +132,8 @@ class ProducerTracker:
                     q.enqueue_many([values, codes])
                     return
             epoch = self.epochs.next()
+            if (epoch + 1) * n > prov.WORKLIST_BASE:
+                self.overflow = True  # positions cannot name these units: state_dict() refuses
             start = self._start - epoch * n if epoch == self._start // n else 0
             order = self.order(epoch)[start:]
             codes = epoch * n + np.arange(start, n, dtype=np.int64)
