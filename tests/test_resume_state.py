@@ -322,3 +322,15 @@ def test_too_many_units_for_positions(monkeypatch: pytest.MonkeyPatch) -> None:
         _consume(pipe, 13)  # the producer is in epoch 1 or 2: units >= 100 exist
         with pytest.raises(InvalidArgumentError, match="more than positions can name"):
             pipe.state_dict()
+
+
+def test_a_state_nothing_restores_is_an_error(tmp_path: Path) -> None:
+    data = rs.write_data(tmp_path, "memory")
+    with feedq.Pipeline(resumable=True) as pipe:
+        rs.build(pipe, data, "exact", 1)
+        state = pipe.state_dict()
+    ids, x = rs._memory_arrays(data["total"])
+    with feedq.Pipeline(state=state):
+        stage = feedq.slice_input_producer([ids, x], num_epochs=1, seed=3)  # no batcher
+        with pytest.raises(InvalidArgumentError, match="never restored"):
+            stage.dequeue(timeout=5)
