@@ -76,6 +76,7 @@ class ProducerTracker:
         self.started = False
         self.fingerprint_extra: dict[str, Any] | None = None
         self.overflow = False  # more than WORKLIST_BASE units were emitted
+        self._fingerprint: dict[str, Any] | None = None  # the inputs never change
 
     # -- orders -------------------------------------------------------------------
 
@@ -99,6 +100,11 @@ class ProducerTracker:
 
     def fingerprint(self) -> dict[str, Any]:
         """What a restore must agree on (the inputs by count and checksum)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._compute_fingerprint()
+        return dict(self._fingerprint)
+
+    def _compute_fingerprint(self) -> dict[str, Any]:
         if self.arr.dtype == object:
             digest = zlib.crc32(b"\0".join(bytes(v) for v in self.arr.tolist()))
         else:
