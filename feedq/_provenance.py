@@ -77,10 +77,11 @@ class Report:
 
     Attributes:
         handed: int64 unit ids the producer handed out.
-        tags: int64 positions of the rows, in order (readers' records, or
-            the producer's elements taken as data).
+        tags: int64 positions of the records readers returned, in order.
         sizes: ``(unit, records)`` of units read to their end.
-        claimed: units claimed by a reader (not rows themselves).
+        unclaimed: unit ids taken from the producer that no reader claimed:
+            the producer's elements are themselves the rows.
+        reader_rows: a reader reported records.
         producers: the producer objects that handed out units.
     """
 
