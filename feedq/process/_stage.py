@@ -60,6 +60,7 @@ from ..errors import (
 from ..pipeline import current_pipeline
 from . import _layout
 from ._shm import Segment, new_token, sweep, unlink
+from ._state import StateMixin, Take, new_records
 from ._worker import (
     EXTRA_SLOTS,
     HEADER,
@@ -265,6 +266,10 @@ class _Handle:
         self.slot_seg: dict[int, Segment] = {}
         self.received = 0
         self.produced = 0
+        # Per epoch (this one and the last): (batches delivered before a
+        # restore, batches received since), for state_dict.
+        self.counts: dict[int, tuple[int, int]] = {}
+        self.replies: dict[int, tuple[Any, ...]] = {}  # state requests answered
 
     def send(self, msg: tuple[Any, ...]) -> None:
         if not self.conn_open or self.exited:
@@ -304,7 +309,7 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-class ProcessStage:
+class ProcessStage(StateMixin):
     """Batches built by pipelines in worker processes, handed over in shared
     memory. Made by :func:`process_stage`; see there for the arguments.
 
@@ -322,6 +327,9 @@ class ProcessStage:
     Batch lifetime: numeric arrays are views of shared memory, valid as long
     as any of them (or anything made from them) is referenced; see
     :func:`process_stage`.
+
+    Resumption: :meth:`state_dict` between batches, :meth:`load_state_dict`
+    on a new stage before its first batch (see ``feedq.process._state``).
     """
 
     def __init__(
@@ -393,6 +401,12 @@ class ProcessStage:
         self._bytes = 0
         self._wait = 0.0
         self._retained = 0
+        # Resumption (feedq.process._state): recent takes, state requests
+        # sent, and where the workers start (set by load_state_dict).
+        self._records: deque[Take] = new_records()
+        self._requests = 0
+        self._start_epoch = 0
+        self._resume: list[dict[str, Any]] | None = None
 
         pipe = current_pipeline()
         self._coord = None if pipe is None else pipe.coord
@@ -418,6 +432,8 @@ class ProcessStage:
                     build=self._build, index=i, num_workers=self._num, epochs=self._epochs,
                     seed=self._seed, parent_pid=self._parent_pid, token=self._token,
                     slots=self._slots, returns=returns, close_fds=close_fds,
+                    start_epoch=self._start_epoch,
+                    resume=None if self._resume is None else self._resume[i],
                 )
                 process = ctx.Process(target=worker_main, args=(config, child_conn),
                                       name=f"feedq-process-{i}", daemon=True)
@@ -431,6 +447,19 @@ class ProcessStage:
             self._closed = True
             self._shutdown()
             raise
+
+    def _restart_workers(self) -> None:
+        """Stop the workers (nothing was taken from them) and start new ones
+        from ``_start_epoch`` and ``_resume`` (load_state_dict)."""
+        self._shutdown(grace=_STOP_GRACE_SECS)
+        self._handles = []
+        self._token = new_token()
+        try:
+            self._start_workers()
+        except BaseException:
+            self._closed = True
+            raise
+        _live.add(self)
 
     def close(self) -> None:
         """Stop the workers and free the shared memory (idempotent).
@@ -596,6 +625,9 @@ class ProcessStage:
             return
         elif kind == "done":
             h.done = True
+            return
+        elif kind == "state":
+            h.replies[msg[1]] = msg
             return
         else:  # pragma: no cover - a protocol error
             raise DataLossError(f"process stage worker {h.index}: unexpected message {kind!r}")
@@ -822,6 +854,7 @@ class ProcessStage:
             )
         raw = np.frombuffer(seg.mm, np.uint8, count=nbytes, offset=HEADER)
         batch = _layout.unflatten(tree, _layout.read(raw, descs, copy=self._copy))
+        self._record(index, epoch)
         h.received += 1
         self._takes += 1
         self._bytes += nbytes

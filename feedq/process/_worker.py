@@ -21,7 +21,20 @@ Messages, worker -> parent (all small; payloads never travel in them):
 * ``("done",)``: every epoch was sent; the worker exits;
 * ``("error", epoch, pickled exception or None, type name, message, traceback)``.
 
-Parent -> worker: ``("epoch", n)``, ``("stop",)``.
+* ``("state", request, reply or None, error text or None)``: the answer to a
+  state request (sent by the control thread).
+
+Parent -> worker: ``("epoch", n)``, ``("stop",)``, ``("state", request,
+epoch, upto)``: this worker's pipeline state in ``epoch`` as if only its
+first ``upto`` batches of that epoch had been delivered (see
+:func:`worker_state`).
+
+Resumption: a worker started with a state (``WorkerConfig.start_epoch`` and
+``resume``) begins at that epoch; a ``build`` output with ``state_dict`` /
+``load_state_dict`` (a feedq stage) loads the state before its first take,
+a plain iterable replays its batches and skips the ones already delivered.
+A worker stays alive after its last epoch until the parent stops it, to
+answer state requests about batches the consumer has not taken yet.
 
 Slots come back without a message (a socket write per batch would wake the
 worker each time, and cost the consumer a system call): the parent writes
@@ -52,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from .._workerinfo import WorkerInfo, set_worker_info
+from ..errors import InvalidArgumentError
 from ..pipeline import Pipeline
 from . import _layout
 from ._shm import Segment, segment_name, unlink
@@ -131,6 +145,71 @@ class WorkerConfig:
     slots: int | None  # None: chosen from the first batch's size
     returns: SlotReturns
     close_fds: list[int] = field(default_factory=list)
+    start_epoch: int = 0
+    #: This worker's state in ``start_epoch`` (see :func:`worker_state`), or None.
+    resume: dict[str, Any] | None = None
+
+
+#: Keys of a worker's state (plain data, pickled with the stage's state).
+MODE = "mode"
+MODE_STATE = "state"  # the build output's own state_dict()
+MODE_REPLAY = "replay"  # a plain iterable: build again, skip SKIP batches
+STATE = "state"
+SKIP = "skip"
+
+
+def fresh_state() -> dict[str, Any]:
+    """A worker's state at the start of an epoch."""
+    return {MODE: MODE_REPLAY, SKIP: 0}
+
+
+def is_stateful(out: Any) -> bool:
+    """Whether a build output saves and restores its own position."""
+    return callable(getattr(out, "state_dict", None)) and callable(
+        getattr(out, "load_state_dict", None))
+
+
+class _Built:
+    """One epoch's build output, and where its batch numbering starts."""
+
+    __slots__ = ("out", "stateful", "base", "skip")
+
+    def __init__(self, out: Any, stateful: bool, base: int, skip: int) -> None:
+        self.out = out
+        self.stateful = stateful
+        self.base = base  # out.taken when the first batch of this build was sent
+        self.skip = skip  # batches replayed and skipped (plain iterables)
+
+    def state(self, upto: int) -> dict[str, Any]:
+        """The state once the first ``upto`` batches sent are delivered."""
+        if self.stateful:
+            return {MODE: MODE_STATE, STATE: self.out.state_dict(upto=self.base + upto)}
+        return {MODE: MODE_REPLAY, SKIP: self.skip + upto}
+
+
+def _restore(out: Any, stateful: bool, state: dict[str, Any], where: str,
+             iterate: Callable[[Any], Any]) -> Any:
+    """Apply a worker state to a fresh build output; returns its iterator
+    (positioned after the batches the state counts as delivered)."""
+    mode = state.get(MODE)
+    if mode == MODE_STATE:
+        if not stateful:
+            raise InvalidArgumentError(
+                f"{where}: the saved state holds a pipeline state, but build() returned "
+                f"{type(out).__name__}, which has no load_state_dict: build the same pipeline")
+        out.load_state_dict(state[STATE])
+        return iterate(out)
+    if mode != MODE_REPLAY or not isinstance(state.get(SKIP), int) or state[SKIP] < 0:
+        raise InvalidArgumentError(f"{where}: not a process stage worker state: {state!r}")
+    it = iterate(out)
+    for done in range(state[SKIP]):
+        try:
+            next(it)
+        except StopIteration:
+            raise InvalidArgumentError(
+                f"{where}: the saved state counts {state[SKIP]} batches delivered, but replaying "
+                f"build() gave only {done}: build the same pipeline") from None
+    return it
 
 
 class _Stopped(Exception):
@@ -180,6 +259,11 @@ class _Worker:
         self.serial = 0
         self.generation = 0
         self.last_layout: tuple[Any, Any] | None = None
+        # The control thread answers state requests while the main thread
+        # sends batches: one sender at a time.
+        self.send_lock = threading.Lock()
+        # The last two epochs' build outputs, by epoch; guarded by self.lock.
+        self.built: dict[int, _Built] = {}
 
     # -- control thread ---------------------------------------------------------
 
@@ -207,8 +291,32 @@ class _Worker:
                     if self.pipe is not None:
                         self.pipe.stop()
                 self.changed.notify_all()
+            if kind == "state":
+                self.answer_state(msg[1], msg[2], msg[3])
             # After a stop, keep watching: should the parent die before this
             # worker has finished stopping, nobody else would end it.
+
+    def answer_state(self, request: int, epoch: int, upto: int) -> None:
+        """Control thread: this worker's state in ``epoch`` once its first
+        ``upto`` batches of that epoch are delivered (see :func:`worker_state`)."""
+        with self.lock:
+            built = self.built.get(epoch)
+        try:
+            if built is not None:
+                reply = built.state(upto)
+            elif upto != 0:
+                raise RuntimeError(f"no pipeline of epoch {epoch} to ask for batch {upto}")
+            elif epoch == self.cfg.start_epoch and self.cfg.resume is not None:
+                reply = self.cfg.resume  # restored, not built yet
+            else:
+                reply = fresh_state()
+        except Exception as exc:  # noqa: BLE001 - handed to the parent
+            text = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(_Stopped):
+                self.send(("state", request, None, text))
+            return
+        with contextlib.suppress(_Stopped):
+            self.send(("state", request, reply, None))
 
     def parent_gone(self) -> None:
         """The parent died: remove our segments' names and leave at once
@@ -223,8 +331,10 @@ class _Worker:
     # -- main thread ------------------------------------------------------------
 
     def send(self, msg: tuple[Any, ...]) -> None:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+            with self.send_lock:
+                self.conn.send_bytes(data)
         except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
             raise _Stopped() from exc
 
@@ -297,13 +407,7 @@ class _Worker:
                 if self.stop.is_set():
                     raise _Stopped()
                 out = cfg.build(cfg.index, cfg.num_workers)
-                try:
-                    it = iter(out)
-                except TypeError:
-                    raise TypeError(
-                        f"build({cfg.index}, {cfg.num_workers}) returned {type(out).__name__}: "
-                        "it must return a batch stage or an iterable of batches"
-                    ) from None
+                it = self.start_build(epoch, out)
                 for batch in it:
                     if self.stop.is_set():
                         raise _Stopped()
@@ -316,17 +420,50 @@ class _Worker:
                     self.pipe = None
         return count
 
+    def start_build(self, epoch: int, out: Any) -> Any:
+        """The iterator of this epoch's build output, restored when this is
+        the epoch the worker resumes in; remembered for state requests."""
+        cfg = self.cfg
+
+        def iterate(obj: Any) -> Any:
+            try:
+                return iter(obj)
+            except TypeError:
+                raise TypeError(
+                    f"build({cfg.index}, {cfg.num_workers}) returned {type(obj).__name__}: "
+                    "it must return a batch stage or an iterable of batches"
+                ) from None
+
+        stateful = is_stateful(out)
+        skip = 0
+        if epoch == cfg.start_epoch and cfg.resume is not None:
+            where = f"process stage worker {cfg.index}, epoch {epoch}"
+            it = _restore(out, stateful, cfg.resume, where, iterate)
+            skip = int(cfg.resume.get(SKIP, 0))
+        else:
+            it = iterate(out)
+        base = int(getattr(out, "taken", 0)) if stateful else 0
+        with self.lock:
+            self.built[epoch] = _Built(out, stateful, base, skip)
+            for old in [e for e in self.built if e < epoch - 1]:
+                del self.built[old]
+        return it
+
     def run(self) -> None:
         self.send(("hello", self.pid))
-        epoch = 0
+        epoch = self.cfg.start_epoch
         try:
             while self.cfg.epochs is None or epoch < self.cfg.epochs:
-                if epoch > 0:
+                if epoch > self.cfg.start_epoch:
                     self.wait_epoch(epoch)
                 count = self.run_epoch(epoch)
                 self.send(("end", epoch, count))
                 epoch += 1
             self.send(("done",))
+            # Stay until stopped: the consumer may still ask for the state
+            # of batches it has not taken yet (the control thread answers).
+            self.stop.wait()
+            self.cleanup()
         except _Stopped:
             self.cleanup()
         except BaseException as exc:  # noqa: BLE001 - handed to the parent
