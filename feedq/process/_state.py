@@ -27,6 +27,7 @@ import time
 from collections import deque
 from typing import Any, NamedTuple
 
+from .._resumable import check_state
 from ..errors import (
     CancelledError,
     DeadlineExceededError,
@@ -34,7 +35,6 @@ from ..errors import (
     InvalidArgumentError,
     UnavailableError,
 )
-from ._worker import MODE, MODE_REPLAY, MODE_STATE, SKIP, STATE
 
 __all__ = ["STATE_WINDOW", "StateMixin", "Take"]
 
@@ -145,6 +145,7 @@ class StateMixin:
             if upto < self._takes and (not self._records or self._records[0].ticket > upto):
                 raise InvalidArgumentError(
                     f"upto={upto} is more than {STATE_WINDOW} batches back (taken: {taken})")
+            first: int | None
             if later:
                 epoch, done, first = later[0].epoch, False, later[0].worker
             else:
@@ -287,11 +288,7 @@ class StateMixin:
                     f"the process stage state holds {len(workers) if isinstance(workers, list) else 0}"
                     f" worker states for {self._num} workers")
             for i, w in enumerate(workers):
-                ok = isinstance(w, dict) and (
-                    (w.get(MODE) == MODE_STATE and STATE in w)
-                    or (w.get(MODE) == MODE_REPLAY and isinstance(w.get(SKIP), int)
-                        and w[SKIP] >= 0))
-                if not ok:
+                if not check_state(w):
                     raise InvalidArgumentError(f"bad state of worker {i} in the process stage "
                                                f"state: {w!r}")
         return epoch, bool(done), first, list(received), workers

@@ -50,6 +50,7 @@ Messages are pickled with :func:`pickle.dumps` (``send_bytes``), not
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import signal
@@ -64,8 +65,8 @@ from typing import Any
 
 import numpy as np
 
+from .._resumable import Built, fresh_state, iterate_output
 from .._workerinfo import WorkerInfo, set_worker_info
-from ..errors import InvalidArgumentError
 from ..pipeline import Pipeline
 from . import _layout
 from ._shm import Segment, segment_name, unlink
@@ -150,68 +151,6 @@ class WorkerConfig:
     resume: dict[str, Any] | None = None
 
 
-#: Keys of a worker's state (plain data, pickled with the stage's state).
-MODE = "mode"
-MODE_STATE = "state"  # the build output's own state_dict()
-MODE_REPLAY = "replay"  # a plain iterable: build again, skip SKIP batches
-STATE = "state"
-SKIP = "skip"
-
-
-def fresh_state() -> dict[str, Any]:
-    """A worker's state at the start of an epoch."""
-    return {MODE: MODE_REPLAY, SKIP: 0}
-
-
-def is_stateful(out: Any) -> bool:
-    """Whether a build output saves and restores its own position."""
-    return callable(getattr(out, "state_dict", None)) and callable(
-        getattr(out, "load_state_dict", None))
-
-
-class _Built:
-    """One epoch's build output, and where its batch numbering starts."""
-
-    __slots__ = ("out", "stateful", "base", "skip")
-
-    def __init__(self, out: Any, stateful: bool, base: int, skip: int) -> None:
-        self.out = out
-        self.stateful = stateful
-        self.base = base  # out.taken when the first batch of this build was sent
-        self.skip = skip  # batches replayed and skipped (plain iterables)
-
-    def state(self, upto: int) -> dict[str, Any]:
-        """The state once the first ``upto`` batches sent are delivered."""
-        if self.stateful:
-            return {MODE: MODE_STATE, STATE: self.out.state_dict(upto=self.base + upto)}
-        return {MODE: MODE_REPLAY, SKIP: self.skip + upto}
-
-
-def _restore(out: Any, stateful: bool, state: dict[str, Any], where: str,
-             iterate: Callable[[Any], Any]) -> Any:
-    """Apply a worker state to a fresh build output; returns its iterator
-    (positioned after the batches the state counts as delivered)."""
-    mode = state.get(MODE)
-    if mode == MODE_STATE:
-        if not stateful:
-            raise InvalidArgumentError(
-                f"{where}: the saved state holds a pipeline state, but build() returned "
-                f"{type(out).__name__}, which has no load_state_dict: build the same pipeline")
-        out.load_state_dict(state[STATE])
-        return iterate(out)
-    if mode != MODE_REPLAY or not isinstance(state.get(SKIP), int) or state[SKIP] < 0:
-        raise InvalidArgumentError(f"{where}: not a process stage worker state: {state!r}")
-    it = iterate(out)
-    for done in range(state[SKIP]):
-        try:
-            next(it)
-        except StopIteration:
-            raise InvalidArgumentError(
-                f"{where}: the saved state counts {state[SKIP]} batches delivered, but replaying "
-                f"build() gave only {done}: build the same pipeline") from None
-    return it
-
-
 class _Stopped(Exception):
     """The parent asked the worker to stop (internal)."""
 
@@ -263,7 +202,7 @@ class _Worker:
         # sends batches: one sender at a time.
         self.send_lock = threading.Lock()
         # The last two epochs' build outputs, by epoch; guarded by self.lock.
-        self.built: dict[int, _Built] = {}
+        self.built: dict[int, Built] = {}
 
     # -- control thread ---------------------------------------------------------
 
@@ -424,27 +363,12 @@ class _Worker:
         """The iterator of this epoch's build output, restored when this is
         the epoch the worker resumes in; remembered for state requests."""
         cfg = self.cfg
-
-        def iterate(obj: Any) -> Any:
-            try:
-                return iter(obj)
-            except TypeError:
-                raise TypeError(
-                    f"build({cfg.index}, {cfg.num_workers}) returned {type(obj).__name__}: "
-                    "it must return a batch stage or an iterable of batches"
-                ) from None
-
-        stateful = is_stateful(out)
-        skip = 0
-        if epoch == cfg.start_epoch and cfg.resume is not None:
-            where = f"process stage worker {cfg.index}, epoch {epoch}"
-            it = _restore(out, stateful, cfg.resume, where, iterate)
-            skip = int(cfg.resume.get(SKIP, 0))
-        else:
-            it = iterate(out)
-        base = int(getattr(out, "taken", 0)) if stateful else 0
+        resume = cfg.resume if epoch == cfg.start_epoch else None
+        built, it = Built.start(
+            out, resume, f"process stage worker {cfg.index}, epoch {epoch}",
+            functools.partial(iterate_output, index=cfg.index, num_workers=cfg.num_workers))
         with self.lock:
-            self.built[epoch] = _Built(out, stateful, base, skip)
+            self.built[epoch] = built
             for old in [e for e in self.built if e < epoch - 1]:
                 del self.built[old]
         return it
