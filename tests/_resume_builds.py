@@ -88,8 +88,8 @@ def plain_rows(worker_index: int, num_workers: int) -> Iterator[np.ndarray]:
     """The same batches as :func:`stateful_rows` from a plain generator
     (restored by replay)."""
     epoch, seed = _info()
-    for item in items_for(worker_index, epoch, seed):
-        yield np.array([worker_index, epoch, item], np.int64)
+    return (np.array([worker_index, epoch, item], np.int64)
+            for item in items_for(worker_index, epoch, seed))
 
 
 def expected(num_workers: int, epochs: int, seed: int | None) -> list[tuple[int, int, int]]:
