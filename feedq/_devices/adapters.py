@@ -6,6 +6,7 @@ Each adapter imports its framework on first call; a missing one raises
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -15,12 +16,22 @@ import numpy as np
 from feedq.errors import FailedPreconditionError, InvalidArgumentError
 
 from .extras import require
-from .feeder import DeviceFeeder
+from .feeder import DeviceFeeder, resumable_source
 from .spec import DeviceLike, DeviceSpec
 from .structure import Structure
 from .torch_build import build_dataset, is_build_function
 
 __all__ = ["as_tf_dataset", "as_torch_dataset", "tf_signature", "to_cupy", "to_torch"]
+
+#: The state of ``as_torch_dataset(source)``: the source's state as of the
+#: batches yielded, under a format tag.
+_FORMAT = "feedq.torch_source/1"
+_FORMAT_KEY = "format"
+_SOURCE = "source"
+
+
+def _feeder_state(feeder: DeviceFeeder) -> dict[str, Any]:
+    return {_FORMAT_KEY: _FORMAT, _SOURCE: feeder.state_dict()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,23 +44,68 @@ def _torch_dataset_class() -> type:
         Use with ``DataLoader(ds, batch_size=None)`` (feedq already batches) and
         ``num_workers=0``: the feeder has its own thread, and a feedq queue
         lives in this process, so a worker process would read a copy of it.
+
+        ``state_dict`` / ``load_state_dict`` (the protocol torchdata's
+        ``StatefulDataLoader`` calls) save the source's position as of the
+        batches yielded (:meth:`DeviceFeeder.state_dict`); the source must
+        be a resumable stage, not a queue.
         """
 
         def __init__(self, source: Any, feeder_kwargs: dict[str, Any]) -> None:
             super().__init__()
             self.source = source
             self.feeder_kwargs = feeder_kwargs
+            self._feeder: DeviceFeeder | None = None  # the pass being read
+            self._last: dict[str, Any] | None = None  # the state when the last pass ended
+            self._pending: dict[str, Any] | None = None  # loaded, for the next pass
 
         def __iter__(self) -> Iterator[Any]:
             if torch.utils.data.get_worker_info() is not None:
                 raise FailedPreconditionError(
                     "a feedq dataset must be read in the main process: use "
                     "DataLoader(ds, batch_size=None, num_workers=0)")
+            pending, self._pending = self._pending, None
             feeder = DeviceFeeder(self.source, **self.feeder_kwargs)
             try:
+                if pending is not None:
+                    feeder.load_state_dict(pending[_SOURCE])
+                self._feeder, self._last = feeder, None
                 yield from feeder
             finally:
+                if self._feeder is feeder:
+                    self._feeder = None
+                    with contextlib.suppress(Exception):
+                        self._last = _feeder_state(feeder)
                 feeder.close()
+
+        def state_dict(self) -> dict[str, Any]:
+            """The source's position as of the batches yielded (plain data).
+
+            Raises:
+                FailedPreconditionError: the source is a queue or another
+                    source without ``state_dict(upto=)`` / ``load_state_dict``.
+            """
+            if self._pending is not None:
+                return dict(self._pending)
+            feeder = self._feeder
+            if feeder is not None:
+                return _feeder_state(feeder)
+            if self._last is not None:
+                return dict(self._last)
+            source = resumable_source(self.source, "as_torch_dataset")
+            return {_FORMAT_KEY: _FORMAT, _SOURCE: dict(source.state_dict())}  # not read yet
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            """Continue from ``state`` (from :meth:`state_dict`) at the next pass.
+
+            Raises:
+                InvalidArgumentError: not a state of this dataset.
+            """
+            if not isinstance(state, dict) or state.get(_FORMAT_KEY) != _FORMAT:
+                raise InvalidArgumentError(
+                    f"not a state of as_torch_dataset(source): {type(state).__name__} "
+                    f"{state.get(_FORMAT_KEY) if isinstance(state, dict) else ''!r}")
+            self._pending = dict(state)
 
     FeedqIterableDataset.__module__ = "feedq.devices"
     return FeedqIterableDataset

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from feedq.coordinator import Coordinator
 
-__all__ = ["DeviceFeeder", "FeederStatistics", "ReplicaMode"]
+__all__ = ["DeviceFeeder", "FeederStatistics", "ReplicaMode", "resumable_source"]
 
 logger = logging.getLogger("feedq.devices")
 
@@ -67,6 +67,26 @@ _MODES = ("split", "round_robin", "broadcast")
 _OUTPUTS = ("numpy", "torch", "cupy")
 
 _ids = itertools.count(1)
+
+
+def resumable_source(source: Any, name: str) -> Any:
+    """``source`` if it saves and restores positions (``taken``,
+    ``state_dict(upto=)``, ``load_state_dict``: a feedq stage or process stage).
+
+    Raises:
+        FailedPreconditionError: a queue, or another source without them.
+    """
+    if hasattr(source, "dequeue_many") and hasattr(source, "dtypes"):
+        raise FailedPreconditionError(
+            f"{name}: the source is a queue, which holds no positions: save the state "
+            "of the pipeline stage that fills it (or feed from that stage)")
+    if not (callable(getattr(source, "state_dict", None))
+            and callable(getattr(source, "load_state_dict", None))
+            and hasattr(source, "taken")):
+        raise FailedPreconditionError(
+            f"{name}: the source ({type(source).__name__}) is not resumable: it needs "
+            "taken, state_dict(upto=) and load_state_dict (a feedq stage or process stage)")
+    return source
 
 
 class DeviceFeeder(_FeederThread):
@@ -325,18 +345,7 @@ class DeviceFeeder(_FeederThread):
         return self
 
     def _resumable_source(self) -> Any:
-        source = self._origin
-        if self._source.queue is not None:
-            raise FailedPreconditionError(
-                f"{self.name}: the source is a queue, which holds no positions: save the state "
-                "of the pipeline stage that fills it (or feed the feeder from that stage)")
-        if not (callable(getattr(source, "state_dict", None))
-                and callable(getattr(source, "load_state_dict", None))
-                and hasattr(source, "taken")):
-            raise FailedPreconditionError(
-                f"{self.name}: the source ({type(source).__name__}) is not resumable: it needs "
-                "taken, state_dict(upto=) and load_state_dict (a feedq stage or process stage)")
-        return source
+        return resumable_source(self._origin, self.name)
 
     def state_dict(self) -> dict[str, Any]:
         """The source's state as of the batches the consumer received.
