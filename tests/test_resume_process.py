@@ -163,6 +163,10 @@ def test_peeked_batch_is_not_delivered() -> None:
     rest = restored_rest(state)
     assert rest[0] == peeked
     assert got + rest == EXPECTED
+    with new_stage() as stage:  # a stage that peeked (an adapter) may still be restored
+        stage.peek(timeout=10)
+        stage.load_state_dict(state)
+        assert drain(stage) == rest
 
 
 @pytest.mark.parametrize("build", [builds.stateful_rows, builds.plain_rows],

@@ -220,7 +220,8 @@ class StateMixin:
         the same way), before the first batch is taken.
 
         The workers started when the stage was made are stopped and started
-        again with their states (a restore costs one worker start): each
+        again with their states (a restore costs one worker start; a batch
+        :meth:`peek` holds is dropped with them): each
         calls ``load_state_dict`` on the stage its ``build`` returns before
         taking from it, or replays a plain iterable and skips the batches
         the state counts as delivered. The merge position (whose turn it is)
@@ -235,9 +236,11 @@ class StateMixin:
         """
         with self._take_lock:
             self._check_usable()
-            if self._takes:
+            if self.taken:
                 raise FailedPreconditionError(
                     "load_state_dict must come before the process stage's first batch is taken")
+            # A batch peek() holds (an adapter reading the structure) is
+            # dropped with the workers: the restored stage delivers its own.
             epoch, done, first, received, workers = self._parse(state)
             if done:
                 epoch += 1
@@ -252,6 +255,8 @@ class StateMixin:
             self._turn = 0 if first is None else first
             self._active = set(range(self._num))
             self._restart_workers()
+            self._takes = 0
+            self._records.clear()
             for h, n in zip(self._handles, received):
                 h.counts[self._epoch] = (n, 0)
 
