@@ -41,7 +41,7 @@ from typing import Any, Self
 
 from ._scope import closing_scope
 from .coordinator import Coordinator
-from .errors import CancelledError
+from .errors import CancelledError, FailedPreconditionError, InvalidArgumentError
 from .queues import QueueBase
 from .runners import QueueRunner, add_queue_runner, runner_events
 
@@ -241,6 +241,13 @@ class Pipeline:
             a stop before naming the ones still alive.
         daemon: make runner threads daemons (so a forgotten pipeline never
             keeps the interpreter alive).
+        resumable: tag every element with its position so that
+            :meth:`state_dict` can describe exactly what the consumer has
+            received (one producer and one batcher per pipeline; see
+            ``docs/design.md``, "Resumption").
+        state: a :meth:`state_dict` to continue from (implies
+            ``resumable``): the producer and the batcher built inside the
+            pipeline restore it as they are built, before their runners run.
 
     Iterating a pipeline iterates its :attr:`output`: the last stage created
     while it was current, unless set explicitly.
@@ -251,8 +258,15 @@ class Pipeline:
         coord: Coordinator | None = None,
         stop_grace_period_secs: float = 10.0,
         daemon: bool = True,
+        resumable: bool = False,
+        state: dict[str, Any] | None = None,
     ) -> None:
         self.coord = coord if coord is not None else Coordinator()
+        self.resumable = bool(resumable) or state is not None
+        # Resumption (feedq.input): the state to restore, the producer and
+        # the batcher's resume object (opaque here: input is above us).
+        self._pending_state = state
+        self._resume_parts: dict[str, Any] = {}
         self.stop_grace_period_secs = stop_grace_period_secs
         self.daemon = daemon
         self.output: Any = None
@@ -402,6 +416,72 @@ class Pipeline:
         except BaseException as join_error:
             if exc is None or join_error is not exc:
                 raise
+
+    # -- resumption ---------------------------------------------------------------
+
+    def _add_producer(self, tracker: Any) -> dict[str, Any] | None:
+        """A resumable producer was built; the state it must restore, if any."""
+        if "producer" in self._resume_parts:
+            raise InvalidArgumentError(
+                "a resumable pipeline has one producer (build the others in their own pipeline)"
+            )
+        self._resume_parts["producer"] = tracker
+        return self._pending_state
+
+    def _resume_producer(self) -> Any:
+        """The pipeline's resumable producer (None if none was built yet)."""
+        return self._resume_parts.get("producer")
+
+    def _add_resumable(self, resume: Any) -> dict[str, Any] | None:
+        """A resumable batcher was built; the state it must restore, if any."""
+        if "batcher" in self._resume_parts:
+            raise InvalidArgumentError(
+                "a resumable pipeline has one batcher (build the others in their own pipeline)"
+            )
+        self._resume_parts["batcher"] = resume
+        state, self._pending_state = self._pending_state, None
+        return state
+
+    def state_dict(self, upto: int | None = None) -> dict[str, Any]:
+        """What the consumer of :attr:`output` has received, as plain data:
+        a new process that builds the same pipeline inside
+        ``feedq.Pipeline(state=...)`` continues from there (see
+        ``Stage.state_dict`` for ``upto`` and the guarantees).
+
+        Raises:
+            InvalidArgumentError: not built with ``resumable=True`` (or
+                ``state=``), or the output is not resumable.
+        """
+        if self.output is None or not hasattr(self.output, "state_dict"):
+            raise InvalidArgumentError("this pipeline has no resumable output stage")
+        state: dict[str, Any] = self.output.state_dict(upto)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: call it after building the pipeline
+        (``with pipe.as_default(): build()``) and before starting it, or
+        before building it (then it is applied as the stages are built, as
+        ``Pipeline(state=...)`` does).
+
+        Raises:
+            FailedPreconditionError: the pipeline already started (a late
+                call is never a partial restore).
+            InvalidArgumentError: the state is from another pipeline.
+        """
+        with self._lock:
+            running = self._running
+        if running:
+            raise FailedPreconditionError(
+                "load_state_dict() after the pipeline started: pass the state to "
+                "feedq.Pipeline(state=...) or call it before `with pipe:`"
+            )
+        self.resumable = True
+        if "batcher" not in self._resume_parts and "producer" not in self._resume_parts:
+            self._pending_state = state
+            return
+        if self.output is None or not hasattr(self.output, "load_state_dict"):
+            raise InvalidArgumentError("this pipeline has no resumable output stage")
+        self.output.load_state_dict(state)
 
     def __iter__(self) -> Iterator[Any]:
         if self.output is None:

@@ -40,7 +40,11 @@ Layout (one idea per private module; import from ``feedq.input`` or
 ``feedq``): ``_stage`` (Stage and its statistics), ``_producers``
 (``limit_epochs`` and the input producers), ``_sources`` (what a batcher
 evaluates, ``keep_input``), ``_shuffle`` (the shuffle buffer of the
-shuffling batchers), ``_batching`` (the batchers).
+shuffling batchers), ``_batching`` (the batchers). Resumption
+(``Pipeline(resumable=True)``, ``Stage.state_dict``): ``_positions`` (the
+producer side: unit codes, orders, restore plans), ``_ledger`` (the consumer
+side: delivered positions), ``_resume`` (the state, restore),
+``_reshard`` (:func:`reshard_states`, elastic re-sharding).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from ._producers import (
     slice_input_producer,
     string_input_producer,
 )
+from ._reshard import reshard_states
 from ._stage import Stage, StageStatistics
 
 __all__ = [
@@ -78,6 +83,7 @@ __all__ = [
     "maybe_shuffle_batch",
     "maybe_shuffle_batch_join",
     "range_input_producer",
+    "reshard_states",
     "shuffle_batch",
     "shuffle_batch_join",
     "slice_input_producer",

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import _provenance
 from ..errors import CancelledError, OutOfRangeError
-from ..pipeline import gate_ops, register_runner
+from ..pipeline import current_pipeline, gate_ops, register_runner
 from ..queues import FIFOQueue, PaddingFIFOQueue, QueueBase
 from ..runners import QueueRunner
+from ._resume import Resume
 from ._shuffle import ShuffleBuffer
 from ._sources import _apply_keep, _block_size, _check_spec, _Source, check_keep_input
 from ._sparse import SparseCodec, SparseTable
@@ -63,6 +65,14 @@ def _batcher(
     # Sparse components travel as int64 handles (see _sparse).
     dtypes = [np.dtype(np.int64) if sp else d for d, sp in zip(first.dtypes, first.sparse)]
     shapes = [[] if sp else (list(s) if s is not None else None) for s, sp in zip(first.shapes, first.sparse)]
+    pipe = current_pipeline()
+    resumable = pipe is not None and pipe.resumable
+    if resumable:
+        if shared_name is not None:
+            raise ValueError(f"{name}: a resumable pipeline's batcher cannot use a shared queue")
+        # A hidden last column: each row's position (feedq._provenance).
+        dtypes.append(np.dtype(np.int64))
+        shapes.append([])
     if dynamic_pad:
         out: QueueBase = PaddingFIFOQueue(capacity, dtypes, shapes, shared_name=shared_name, name=f"{name}/padding_fifo_queue")
     else:
@@ -77,18 +87,46 @@ def _batcher(
                                  writers=len(sources) * threads_per_source, dtypes=dtypes, shapes=shapes,
                                  name=name)
     finish = shuffler.writer_done if shuffler is not None else _nothing
+    resume: Resume | None = None
+    if resumable:
+        assert pipe is not None
+        exact = len(sources) == 1 and threads_per_source == 1
+        fingerprint = {
+            "batcher": "shuffle_batch" if shuffle is not None else "batch",
+            "batch_size": int(batch_size), "capacity": int(capacity),
+            "min_after_dequeue": None if shuffle is None else shuffle[0],
+            "seed": None if shuffle is None else shuffle[1],
+            "inputs": len(sources), "threads": threads_per_source,
+            "dtypes": [str(d) for d in first.dtypes], "shapes": [_plain_shape(x) for x in first.shapes],
+            "enqueue_many": first.enqueue_many, "dynamic_pad": dynamic_pad,
+            "allow_smaller_final_batch": allow_smaller_final_batch,
+        }
+        resume = Resume(pipe._resume_producer(), shuffler if exact else None, fingerprint, exact)
+        if keep_input is not None:
+            resume.ledger.untrace("maybe_* batchers (keep_input) drop rows and cannot be resumed")
 
     def make_op(src: _Source) -> Callable[[], None]:
         def enqueue_op() -> None:
+            report: _provenance.Report | None = None
             try:
-                values, many = src.evaluate()
+                if resume is None:
+                    values, many = src.evaluate()
+                else:
+                    with _provenance.collecting() as report:
+                        values, many = src.evaluate()
             except OutOfRangeError:
+                if resume is not None and report is not None:
+                    resume.note(report)
                 finish()
                 raise
             except CancelledError as exc:
+                if resume is not None and report is not None:
+                    resume.note(report)
                 _reraise_cause(exc)  # an upstream failure is an error here too (X3)
                 finish()
                 raise
+            if resume is not None and report is not None:
+                resume.note(report)
             if codec is not None:
                 values = codec.rows(values, many)
             if keep_input is not None:
@@ -98,6 +136,9 @@ def _batcher(
                 values, many = kept
             if codec is not None:
                 values = codec.encode(values, many)
+            if resume is not None and report is not None:
+                tags = resume.tags(report, len(values[0]) if many else 1)
+                values = [*values, tags if many else tags[0]]
             if shuffler is not None:
                 shuffler.put(values, many)
             elif many:
@@ -111,11 +152,22 @@ def _batcher(
     # The default cancel op cancels `out`; the shuffle buffer needs none (see ShuffleBuffer).
     ops = [make_op(s) for s in sources for _ in range(threads_per_source)]
     runner = QueueRunner(out, gate_ops(ops, out))
+    if resume is not None:
+        assert pipe is not None
+        state = pipe._add_resumable(resume)  # the pipeline's state=..., if any
+        if state is not None:
+            resume.load_batcher(state)  # before the runner can put anything
     register_runner(runner)
     upstream = [u for s in sources for u in s.upstream]
-    return Stage(out, runner, names=first.names, single=first.single, batch_size=int(batch_size),
-                 smaller_final=allow_smaller_final_batch, upstream=upstream, sparse=stage_sparse,
-                 sparse_table=None if codec is None else codec.table)
+    stage = Stage(out, runner, names=first.names, single=first.single, batch_size=int(batch_size),
+                  smaller_final=allow_smaller_final_batch, upstream=upstream, sparse=stage_sparse,
+                  sparse_table=None if codec is None else codec.table, hidden=1 if resumable else 0)
+    stage._resume = resume
+    return stage
+
+
+def _plain_shape(shape: Any) -> Any:
+    return None if shape is None else [None if d is None else int(d) for d in shape]
 
 
 def _sparse_codec(

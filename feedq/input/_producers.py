@@ -9,15 +9,18 @@ from __future__ import annotations
 import glob
 import os
 import threading
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import numpy as np
 
 from ..errors import NotFoundError, OutOfRangeError
-from ..pipeline import gate_ops, register_runner
+from ..pipeline import current_pipeline, gate_ops, register_runner
 from ..queues import STRING, FIFOQueue
 from ..runners import QueueRunner
+from ._positions import ProducerTracker
+from ._resume import restore_producer
 from ._sources import as_array as _as_array
 from ._stage import Stage
 
@@ -82,6 +85,8 @@ def _producer(
     shared_name: str | None,
     name: str,
     cancel_op: Callable[[], Any] | None,
+    kind: str = "input",
+    extra: dict[str, Any] | None = None,
 ) -> Stage:
     if arr.ndim == 0:
         raise ValueError(f"{name}: the input must have a leading dimension, got a scalar")
@@ -89,6 +94,10 @@ def _producer(
     if tuple(arr.shape[1:]) != shape:
         raise ValueError(f"{name}: element_shape {list(shape)} does not match rows of shape {list(arr.shape[1:])}")
     epochs = _Epochs(num_epochs)
+    if _resumable():
+        return _resumable_producer(arr, shape, epochs, shuffle=shuffle, seed=seed, capacity=capacity,
+                                   shared_name=shared_name, name=name, cancel_op=cancel_op, kind=kind,
+                                   extra=extra)
     q = FIFOQueue(capacity, [STRING if arr.dtype == object else arr.dtype], shapes=[list(shape)],
                   shared_name=shared_name, name=name)
     n = arr.shape[0]
@@ -106,6 +115,41 @@ def _producer(
     runner = QueueRunner(q, gate_ops([enqueue_epoch], q), cancel_op=cancel_op)
     register_runner(runner)
     return Stage(q, runner, names=None, single=True, epochs=epochs)
+
+
+def _resumable_producer(
+    arr: np.ndarray[Any, Any],
+    shape: tuple[Any, ...],
+    epochs: _Epochs,
+    *,
+    shuffle: bool,
+    seed: int | None,
+    capacity: int,
+    shared_name: str | None,
+    name: str,
+    cancel_op: Callable[[], Any] | None,
+    kind: str,
+    extra: dict[str, Any] | None,
+) -> Stage:
+    """A producer whose queue also carries each element's unit code
+    (``_positions``), in a resumable pipeline."""
+    if shared_name is not None:
+        raise ValueError(f"{name}: a resumable pipeline's producer cannot use a shared queue")
+    tracker = ProducerTracker(arr, kind, shuffle=shuffle, seed=seed, epochs=epochs,
+                              single=kind != "string")
+    tracker.fingerprint_extra = extra
+    q = FIFOQueue(capacity, [STRING if arr.dtype == object else arr.dtype, np.int64],
+                  shapes=[list(shape), []], name=name)
+    pipe = current_pipeline()
+    assert pipe is not None
+    state = pipe._add_producer(tracker)  # the pipeline's state=..., if any
+    if state is not None:
+        restore_producer(tracker, state)  # before the runner can run
+    runner = QueueRunner(q, gate_ops([tracker.enqueue_op(q)], q), cancel_op=cancel_op)
+    register_runner(runner)
+    stage = Stage(q, runner, names=None, single=True, epochs=epochs, hidden=1)
+    stage._tracker = tracker
+    return stage
 
 
 def input_producer(
@@ -178,7 +222,7 @@ def string_input_producer(
         raise ValueError(f"string_input_producer expects a 1-D list of strings, got shape {list(arr.shape)}")
     return _producer(arr, element_shape=None, num_epochs=num_epochs, shuffle=shuffle, seed=seed,
                      capacity=capacity, shared_name=shared_name, name=name or "input_producer",
-                     cancel_op=cancel_op)
+                     cancel_op=cancel_op, kind="string")
 
 
 class _MatchedFiles(Sequence[str]):
@@ -312,15 +356,35 @@ def slice_input_producer(
         raise ValueError("slice_input_producer requires non-empty tensors")
     index = _producer(np.arange(n, dtype=np.int64), element_shape=None, num_epochs=num_epochs, shuffle=shuffle,
                       seed=seed, capacity=capacity, shared_name=shared_name, name=name or "input_producer",
-                      cancel_op=None)
+                      cancel_op=None, kind="slice",
+                      extra=_arrays_fingerprint(tensors) if _resumable() else None)
     return _SliceStage(index, tensors, names, single=False)
+
+
+def _resumable() -> bool:
+    pipe = current_pipeline()
+    return pipe is not None and pipe.resumable
+
+
+def _arrays_fingerprint(tensors: list[np.ndarray[Any, Any]]) -> dict[str, Any]:
+    """Shapes, dtypes and a cheap checksum (first 16 MiB) of sliced arrays."""
+    crcs = []
+    for t in tensors:
+        if t.dtype == object:
+            crcs.append(zlib.crc32(repr(t[:1000].tolist()).encode()))
+        else:
+            crcs.append(zlib.crc32(np.ascontiguousarray(t).view(np.uint8).reshape(-1)[: 1 << 24].tobytes()))
+    return {"shapes": [list(t.shape) for t in tensors], "dtypes": [str(t.dtype) for t in tensors],
+            "crc32": crcs}
 
 
 class _SliceStage(Stage):
     """slice_input_producer: a queue of row indices, gathered from arrays."""
 
     def __init__(self, index: Stage, tensors: list[np.ndarray[Any, Any]], names: list[str] | None, single: bool) -> None:
-        super().__init__(index.queue, index.runner, names=names, single=single, epochs=index._epochs)
+        super().__init__(index.queue, index.runner, names=names, single=single, epochs=index._epochs,
+                         hidden=index._hidden)
+        self._tracker = index._tracker
         self._tensors = tensors
 
     @property

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeadlineExceededError, OutOfRangeError
+from ..errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
 from ..queues import QueueBase, RandomShuffleQueue
+from ._ledger import Ledger, Snapshot
 
 __all__ = ["ShuffleBuffer"]
 
@@ -62,6 +63,72 @@ class ShuffleBuffer:
         self._lock = threading.Lock()
         self._writers = writers  # guarded by self._lock
         self._fed = 0  # rows put by put(many=True) so far; guarded by self._lock
+        # Exact resumption (a resumable pipeline; the last column holds
+        # positions): a snapshot after every draw goes to the ledger.
+        self._ledger: Ledger | None = None
+        self._draws = 0
+        self._last: int | None = None  # position of the last row put
+        self._pool: list[list[Any]] | None = None  # rows re-read for a restore
+        self._restore: Snapshot | None = None
+
+    def track(self, ledger: Ledger) -> None:
+        """Snapshot the buffer for ``ledger`` after every draw (one writer only)."""
+        self._ledger = ledger
+        ledger.add_snapshot(-1, self._snapshot())
+
+    def restore(self, snap: Snapshot) -> None:
+        """Before anything is put: the first ``len(snap.buffer)`` rows put
+        are the buffer's saved contents; they are placed in the saved storage
+        order, without a draw, and the generator gets its saved state."""
+        self._restore = snap
+        self._pool = []
+        self._ledger_add(-1, snap)
+        if snap.buffer.shape[0] == 0:
+            self._finish_restore()
+
+    def _ledger_add(self, draw: int, snap: Snapshot) -> None:
+        if self._ledger is not None:
+            self._ledger.add_snapshot(draw, snap)
+
+    def _snapshot(self) -> Snapshot:
+        tags, rng = self._buf._snapshot(-1)
+        return Snapshot(tags.astype(np.int64), rng, self._fed, self._last)
+
+    def _finish_restore(self) -> None:
+        snap, pool = self._restore, self._pool
+        assert snap is not None and pool is not None
+        self._restore = self._pool = None
+        if pool:
+            cols = [np.concatenate([np.asarray(p[i]) for p in pool]) for i in range(len(pool[0]))]
+            tags = cols[-1].astype(np.int64)
+            order = np.argsort(tags, kind="stable")
+            pos = np.searchsorted(tags[order], snap.buffer)
+            pos = np.minimum(pos, tags.shape[0] - 1)
+            if tags.shape[0] != snap.buffer.shape[0] or not np.array_equal(tags[order][pos], snap.buffer):
+                raise InvalidArgumentError(
+                    "resume: the records re-read for the shuffle buffer are not the saved ones "
+                    "(the input files changed?)"
+                )
+            take = order[pos]
+            self._buf.enqueue_many([c[take] for c in cols])
+        self._buf._set_generator_state(snap.rng)
+        self._fed = snap.fed
+        self._last = snap.last
+
+    def _fill_pool(self, values: list[Any], many: bool) -> tuple[list[Any], bool] | None:
+        """Restoring: put rows into the pool; what is left after it is full."""
+        assert self._pool is not None and self._restore is not None
+        need = self._restore.buffer.shape[0] - sum(len(p[-1]) for p in self._pool)
+        if not many:
+            self._pool.append([np.asarray(v)[None] for v in values])
+            rest = None
+        else:
+            n = len(values[-1])
+            self._pool.append([np.asarray(v)[:need] for v in values])
+            rest = [np.asarray(v)[need:] for v in values] if n > need else None
+        if sum(len(p[-1]) for p in self._pool) >= self._restore.buffer.shape[0]:
+            self._finish_restore()
+        return None if rest is None else (rest, True)
 
     @property
     def queue(self) -> RandomShuffleQueue:
@@ -72,8 +139,15 @@ class ShuffleBuffer:
         """Insert one element (``many=False``) or a block of rows, drawing
         full batches into ``out`` as the buffer allows."""
         buf, batch_size = self._buf, self._batch_size
+        if self._pool is not None:
+            rest = self._fill_pool(values, many)
+            if rest is None:
+                return
+            values, many = rest
         if not many:
             buf.enqueue(values)
+            if self._ledger is not None:
+                self._last = int(values[-1])
             self._drain(final=False)
             return
         # Insert in pieces that end at multiples of batch_size counted over
@@ -88,6 +162,8 @@ class ShuffleBuffer:
                 self._fed += take
                 aligned = self._fed % batch_size == 0
             buf.enqueue_many([np.asarray(v)[start : start + take] for v in values])
+            if self._ledger is not None:
+                self._last = int(values[-1][start + take - 1])
             start += take
             if aligned:
                 self._drain(final=False)
@@ -99,6 +175,11 @@ class ShuffleBuffer:
             self._writers -= 1
             last = self._writers == 0
         if last:
+            if self._pool is not None:
+                raise InvalidArgumentError(
+                    "resume: the input ended before the shuffle buffer's saved records were "
+                    "re-read (the input files changed?)"
+                )
             self._buf.close()
             self._drain(final=True)
 
@@ -114,4 +195,8 @@ class ShuffleBuffer:
                     return
             except (DeadlineExceededError, OutOfRangeError):
                 return
+            if self._ledger is not None:
+                # Before the batch can be taken: state_dict() may ask for it.
+                self._ledger_add(self._draws, self._snapshot())
+                self._draws += 1
             self._out.enqueue_many(blk)

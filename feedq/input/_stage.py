@@ -14,14 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import CancelledError, FailedPreconditionError, OutOfRangeError
+from .. import _provenance
+from ..errors import (
+    CancelledError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    OutOfRangeError,
+)
 from ..pipeline import current_pipeline
 from ..queues import QueueBase, QueueStatistics
 from ..runners import QueueRunner, QueueRunnerStatistics, runner_events
 from ._sparse import SparseTable, batch_sparse
 
 if TYPE_CHECKING:
+    from ._positions import ProducerTracker
     from ._producers import _Epochs
+    from ._resume import Resume
 
 __all__ = ["Stage", "StageStatistics"]
 
@@ -67,8 +75,14 @@ class Stage:
         epochs: _Epochs | None = None,
         sparse: list[tuple[np.dtype[Any], int] | None] | None = None,
         sparse_table: SparseTable | None = None,
+        hidden: int = 0,
     ) -> None:
         self._queue = queue
+        # Resumable pipelines: the queue's last ``hidden`` columns are not
+        # the stage's (a producer's unit codes, a batcher's positions).
+        self._hidden = hidden
+        self._tracker: ProducerTracker | None = None
+        self._resume: Resume | None = None
         self._runner = runner
         self._names = names
         self._single = single
@@ -83,6 +97,7 @@ class Stage:
         self._dropped = 0
         self._checked = False
         pipe = current_pipeline()
+        self._pipeline = pipe
         if pipe is not None:
             pipe.output = self
 
@@ -111,17 +126,19 @@ class Stage:
     @property
     def dtypes(self) -> list[np.dtype[Any]]:
         """One dtype per component (a sparse one's values' dtype)."""
+        dtypes = self._queue.dtypes[: len(self._queue.dtypes) - self._hidden]
         if self._sparse is None:
-            return self._queue.dtypes
-        return [d if sp is None else sp[0] for d, sp in zip(self._queue.dtypes, self._sparse)]
+            return dtypes
+        return [d if sp is None else sp[0] for d, sp in zip(dtypes, self._sparse)]
 
     @property
     def shapes(self) -> list[tuple[int | None, ...] | None]:
         """Shape of one element's components (without the batch dimension;
         a sparse one's dense shape, its dimensions unknown)."""
+        shapes = self._queue.shapes[: len(self._queue.shapes) - self._hidden]
         if self._sparse is None:
-            return self._queue.shapes
-        return [s if sp is None else (None,) * sp[1] for s, sp in zip(self._queue.shapes, self._sparse)]
+            return shapes
+        return [s if sp is None else (None,) * sp[1] for s, sp in zip(shapes, self._sparse)]
 
     def _sparse_flags(self) -> list[bool]:
         """Per component, whether it is sparse."""
@@ -208,6 +225,14 @@ class Stage:
         if q.is_closed() and q.size() == 0:
             runner_events.notify()  # drained: a dependency on this queue is done
         cols = out if isinstance(out, list) else [out]
+        if self._hidden:
+            cols = list(cols)
+            hidden = np.asarray(cols.pop())
+            if self._tracker is not None:
+                units, filters = self._tracker.resolve(hidden)
+                _provenance.note_taken(self._tracker, units, filters)
+            elif self._resume is not None:
+                self._resume.ledger.deliver(hidden)
         if self._sparse is not None:
             self._decode_sparse(cols, batched=how != "one")
         return cols
@@ -263,6 +288,57 @@ class Stage:
             raise TypeError("dequeue_up_to is for element stages; a batcher's dequeue() returns a batch")
         return self._pack(self._block(n, timeout))
 
+    # -- resumption ---------------------------------------------------------------
+
+    @property
+    def taken(self) -> int:
+        """Evaluations taken from this stage so far (the next one's ticket).
+
+        Counted for stages of a resumable pipeline (see :meth:`state_dict`);
+        0 otherwise.
+        """
+        return 0 if self._resume is None else self._resume.ledger.taken
+
+    def state_dict(self, upto: int | None = None) -> dict[str, Any]:
+        """Where a consumer of this stage is: what a new process needs to
+        go on exactly from here (see ``docs/design.md``, "Resumption").
+
+        The state describes what was *taken* from the stage (delivered),
+        not what readers have read: elements in queues and the shuffle
+        buffer are saved as positions and re-read on restore. Plain data
+        (dicts, lists, ints, bytes) that pickles and that ``torch.save``
+        accepts.
+
+        Args:
+            upto: as if only the evaluations with ticket ``< upto`` had been
+                taken (the others, e.g. prefetched ones, count as not
+                delivered); None: all taken so far. The last 1,024 tickets
+                are known.
+
+        Raises:
+            InvalidArgumentError: the stage is not resumable (not built in a
+                ``feedq.Pipeline(resumable=True)``, not a batcher, or rows
+                without positions went through it), or ``upto`` is out of
+                the window.
+        """
+        if self._resume is None:
+            raise InvalidArgumentError(_NOT_RESUMABLE)
+        return self._resume.state_dict(upto)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict` of the same
+        pipeline, built the same way), before anything runs.
+
+        Raises:
+            FailedPreconditionError: the stage's runners already started or
+                something was taken.
+            InvalidArgumentError: the stage is not resumable, or the state is
+                from another pipeline (it names what differs).
+        """
+        if self._resume is None:
+            raise InvalidArgumentError(_NOT_RESUMABLE)
+        self._resume.load_state_dict(state, list(self._runners()))
+
     def __iter__(self) -> Iterator[Any]:
         """Evaluations until the end of the data (or a clean stop)."""
         while True:
@@ -274,6 +350,12 @@ class Stage:
                 if exc.__cause__ is None:
                     return  # a clean stop of the pipeline
                 raise
+
+
+_NOT_RESUMABLE = (
+    "this stage is not resumable: state_dict() is for batchers built inside "
+    "feedq.Pipeline(resumable=True) (or Pipeline(state=...))"
+)
 
 
 def _reraise_cause(exc: CancelledError) -> None:

@@ -668,6 +668,18 @@ class RandomShuffleQueue(QueueBase):
         self._cols = new
         self._alloc = alloc
 
+    def _snapshot(self, column: int) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
+        """A copy of one column in storage order, and the generator's state
+        (for exact resumption of a shuffling batcher; see feedq.input)."""
+        with self._mutex:
+            col = self._cols[column] if self._cols else np.zeros(0, dtype=np.int64)
+            return np.array(col[: self._size]), dict(self._rng.bit_generator.state)
+
+    def _set_generator_state(self, state: dict[str, Any]) -> None:
+        """Restore the generator to a state :meth:`_snapshot` returned."""
+        with self._mutex:
+            self._rng.bit_generator.state = dict(state)
+
     def _available(self) -> int:
         if self._state is QueueState.OPEN:
             return max(0, self._size - int(self._storage_args["min_after_dequeue"]))

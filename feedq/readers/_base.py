@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
-from feedq import _scope
+from feedq import _provenance, _scope
 from feedq._defaults import resolve_timeout
 from feedq.errors import InvalidArgumentError
 from feedq.readers._block import RecordBlock
@@ -131,6 +131,10 @@ class ReaderBase:
         self._records = 0
         self._units = 0
         self._skipped = 0
+        # Resumable pipelines (feedq._provenance): the current unit's id and
+        # re-read filter, and the index of its next record.
+        self._unit: _provenance.Unit | None = None  # guarded by self._lock
+        self._unit_next = 0  # guarded by self._lock
         # Bounds waits for pipes: the deadline of the call in progress, and
         # close() from another thread.
         self._waiter = Waiter()
@@ -259,6 +263,12 @@ class ReaderBase:
                     if self._pending is None:
                         self._finish_unit(completed=True)
                     continue
+                if self._unit is not None:
+                    block = self._track(self._unit, block)
+                    if len(block) == 0:  # every record filtered out (resumption)
+                        if self._pending is None and self._exhausted():
+                            self._finish_unit(completed=True)
+                        continue
                 self._records += len(block)
                 if (
                     (len(block) < n or self._COMPLETE_EAGERLY)
@@ -288,6 +298,7 @@ class ReaderBase:
             self._work_unit = None
             self._pending = None
             self._reopen = None
+            self._unit = None
             self._records = self._units = self._skipped = 0
 
     def close(self) -> None:
@@ -375,6 +386,7 @@ class ReaderBase:
             self._pending = None
             self._reopen = None
             self._work_unit = None
+            self._unit = None
             self._records = int(state[self.KEY_RECORDS])
             self._units = int(state[self.KEY_UNITS])
             self._skipped = int(state[self.KEY_SKIPPED])
@@ -428,6 +440,8 @@ class ReaderBase:
         item = queue.dequeue(timeout=timeout)
         wu = _as_work_unit(item)
         self._work_unit = wu
+        self._unit = _provenance.claim_unit()
+        self._unit_next = 0
         try:
             self._open(wu)
         except _SkipFile as err:
@@ -461,7 +475,23 @@ class ReaderBase:
         """Continue the current file at ``offset`` after a skipped record."""
         raise NotImplementedError
 
+    def _track(self, unit: _provenance.Unit, block: Any) -> Any:
+        """Report the positions of ``block``'s records and drop those the
+        unit's re-read filter excludes (resumable pipelines)."""
+        records = np.arange(self._unit_next, self._unit_next + len(block), dtype=np.int64)
+        self._unit_next += len(block)
+        if unit.filter is not None:
+            mask = unit.filter.keep(records)
+            if not mask.all():
+                block = _subset(block, mask)
+                records = records[mask]
+        _provenance.report_rows(unit, records)
+        return block
+
     def _finish_unit(self, *, completed: bool) -> None:
+        unit, self._unit = self._unit, None
+        if unit is not None and (completed or self.on_error == "skip"):
+            _provenance.report_size(unit, self._unit_next)
         self._close_stream()
         self._work_unit = None
         self._pending = None
@@ -473,6 +503,26 @@ class ReaderBase:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+
+
+def _subset(block: Any, mask: np.ndarray) -> Any:
+    """The records of ``block`` where ``mask`` is True (same type of block)."""
+    if isinstance(block, RecordBlock):
+        return RecordBlock(
+            block.work_unit,
+            block.data,
+            block.starts[mask],
+            block.ends[mask],
+            block.key_ids[mask],
+            fixed=None if block.fixed is None else block.fixed[mask],
+            bare_keys=block.bare_keys,
+        )
+    subset = getattr(block, "subset", None)
+    if subset is None:
+        raise InvalidArgumentError(
+            f"resumption cannot filter the records of a {type(block).__name__}"
+        )
+    return subset(mask)
 
 
 def _name(work_unit: bytes | None) -> str:

@@ -56,6 +56,10 @@ class ColumnBlock:
             self._cache["values"] = cols
         return cols
 
+    def subset(self, mask: np.ndarray) -> ColumnBlock:
+        """The rows where ``mask`` is True (a re-read in a resumed pipeline)."""
+        return ColumnBlock(self.work_unit, self.batch.filter(pa.array(mask)), self.key_ids[mask])
+
     @staticmethod
     def concatenate(blocks: list[ColumnBlock]) -> ColumnBlock:
         """Join blocks of one file."""

@@ -1,0 +1,173 @@
+"""Where the rows a batcher enqueues come from: positions for resumption.
+
+A resumable pipeline (``feedq.Pipeline(resumable=True)``) tags every element
+that enters its batcher with a *position*: one int64,
+``unit << UNIT_SHIFT | record``, where ``unit`` is the producer's element
+ordinal (``epoch * n + index in that epoch's order``, or a work-list id at
+or above ``WORKLIST_BASE`` after an elastic re-shard) and ``record`` the
+record's index in that unit (0 for producers whose elements are the data).
+
+The tags are gathered per runner thread, without changing any API between
+the parts: while a batcher's enqueue op evaluates its source
+(:func:`collecting`), a producer stage's take notes the units it hands out
+(:func:`note_taken`), a reader claims the unit it just dequeued
+(:func:`claim_unit`), reports the positions of the records it returns
+(:func:`report_rows`) and the size of each unit it finishes
+(:func:`report_size`). The batcher then reads one :class:`Report`.
+
+This module imports nothing from feedq: readers (below ``input`` in the
+layers) and ``input`` both use it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__: list[str] = []
+
+#: Bits of a position holding the record index in its unit.
+UNIT_SHIFT = 32
+#: Work units of an explicit work list (after an elastic re-shard) get ids from here.
+WORKLIST_BASE = 1 << 30
+#: Largest unit id a position can hold.
+MAX_UNIT = (1 << 31) - 1
+
+
+@dataclass
+class UnitFilter:
+    """Which records of a unit to return on a re-read.
+
+    Attributes:
+        skip: int64 ``[k, 2]`` half-open ranges of record indices to drop
+            (records already delivered), or None.
+        only: sorted int64 record indices to keep (and nothing else), or None.
+    """
+
+    skip: np.ndarray[Any, Any] | None = None
+    only: np.ndarray[Any, Any] | None = None
+
+    def keep(self, records: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Bool mask over ``records`` (record indices) of those to return."""
+        mask = np.ones(records.shape[0], dtype=bool)
+        if self.skip is not None and self.skip.shape[0]:
+            starts, ends = self.skip[:, 0], self.skip[:, 1]
+            pos = np.searchsorted(starts, records, side="right") - 1
+            inside = (pos >= 0) & (records < ends[np.maximum(pos, 0)])
+            mask &= ~inside
+        if self.only is not None:
+            mask &= np.isin(records, self.only)
+        return mask
+
+
+@dataclass
+class Unit:
+    """A work unit handed to a reader: its id and the records to return."""
+
+    unit: int
+    filter: UnitFilter | None
+
+
+@dataclass
+class Report:
+    """What one evaluation of a batcher's source saw.
+
+    Attributes:
+        handed: int64 unit ids the producer handed out.
+        tags: int64 positions of the rows, in order (readers' records, or
+            the producer's elements taken as data).
+        sizes: ``(unit, records)`` of units read to their end.
+        claimed: units claimed by a reader (not rows themselves).
+        producers: the producer objects that handed out units.
+    """
+
+    handed: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    tags: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    sizes: list[tuple[int, int]] = field(default_factory=list)
+    unclaimed: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    reader_rows: bool = False
+    producers: list[Any] = field(default_factory=list)
+
+    def row_tags(self) -> np.ndarray[Any, Any] | None:
+        """The positions of the rows, or None when both readers and a
+        producer's elements gave rows (no single order)."""
+        if self.reader_rows and self.unclaimed:
+            return None
+        parts = self.tags if self.reader_rows else [u << UNIT_SHIFT for u in self.unclaimed]
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate(parts).astype(np.int64, copy=False)
+
+
+class _State(threading.local):
+    report: Report | None = None
+    # (unit ids, filters by unit id) of producer elements taken and not
+    # claimed by a reader, most recent last.
+    pending: list[tuple[np.ndarray[Any, Any], dict[int, UnitFilter]]]
+
+    def __init__(self) -> None:
+        self.pending = []
+
+
+_state = _State()
+
+
+@contextmanager
+def collecting() -> Iterator[Report]:
+    """Gather what the code run inside reports in this thread."""
+    outer, pending = _state.report, _state.pending
+    report = Report()
+    _state.report, _state.pending = report, []
+    try:
+        yield report
+    finally:
+        report.unclaimed = [ids for ids, _ in _state.pending]
+        _state.report, _state.pending = outer, pending
+
+
+def active() -> bool:
+    """True inside :func:`collecting` in this thread."""
+    return _state.report is not None
+
+
+def note_taken(producer: Any, units: np.ndarray[Any, Any], filters: dict[int, UnitFilter]) -> None:
+    """A producer stage handed out ``units`` (with re-read filters by unit)."""
+    report = _state.report
+    if report is None:
+        return
+    report.handed.append(units)
+    if not any(p is producer for p in report.producers):
+        report.producers.append(producer)
+    _state.pending.append((units, filters))
+
+
+def claim_unit() -> Unit | None:
+    """A reader claims the unit it just dequeued (the last one taken)."""
+    if _state.report is None or not _state.pending:
+        return None
+    units, filters = _state.pending.pop()
+    if units.shape[0] != 1:
+        return None
+    unit = int(units[0])
+    return Unit(unit, filters.get(unit))
+
+
+def report_rows(unit: Unit, records: np.ndarray[Any, Any]) -> None:
+    """A reader returns these records (indices) of ``unit``."""
+    report = _state.report
+    if report is None:
+        return
+    report.reader_rows = True
+    report.tags.append((np.int64(unit.unit) << UNIT_SHIFT) | records.astype(np.int64, copy=False))
+
+
+def report_size(unit: Unit, records: int) -> None:
+    """A reader finished ``unit``: it holds ``records`` records."""
+    report = _state.report
+    if report is not None:
+        report.sizes.append((unit.unit, int(records)))
