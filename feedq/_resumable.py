@@ -71,55 +71,70 @@ def check_state(state: Any) -> bool:
 class Built:
     """One build output being iterated, and where its batch numbering starts.
 
-    Make it with :meth:`start`; :meth:`state` is the saved position once the
-    first ``n`` batches its iterator gave are delivered.
+    Make it with :meth:`prepare` (before the pipeline starts), iterate it
+    with :meth:`iterate` (after); :meth:`state` is the saved position once
+    the first ``n`` batches its iterator gave (after the skipped ones) are
+    delivered.
     """
 
-    __slots__ = ("out", "stateful", "base", "skip")
+    __slots__ = ("out", "stateful", "base", "skip", "where")
 
     def __init__(self, out: Any, stateful: bool, base: int, skip: int) -> None:
         self.out = out
         self.stateful = stateful
         self.base = base  # out.taken when its iterator gave its first batch
-        self.skip = skip  # batches replayed and skipped (plain iterables)
+        self.skip = skip  # batches replayed and skipped
+        self.where = ""  # for errors: which worker and epoch
 
     @classmethod
-    def start(cls, out: Any, resume: dict[str, Any] | None, where: str,
-              iterate: Callable[[Any], Iterator[Any]]) -> tuple[Built, Iterator[Any]]:
-        """Restore ``out`` to ``resume`` (None: from the start) and iterate it.
+    def prepare(cls, out: Any, resume: dict[str, Any] | None, where: str) -> Built:
+        """Restore ``out`` to ``resume`` (None: from the start); call it
+        before the pipeline's runners start (a stage loads its state then),
+        and :meth:`iterate` after.
 
         Raises:
-            InvalidArgumentError: ``resume`` is not a saved position, holds a
-                stage's state but ``out`` is a plain iterable, or counts more
-                batches than replaying ``out`` gives (another pipeline).
+            InvalidArgumentError: ``resume`` is not a saved position, or holds
+                a stage's state but ``out`` is a plain iterable.
+            Exception: what the stage's ``load_state_dict`` raises.
         """
         stateful = is_stateful(out)
         skip = 0
-        if resume is None:
-            it = iterate(out)
-        elif not check_state(resume):
-            raise InvalidArgumentError(f"{where}: not a saved pipeline position: {resume!r}")
-        elif resume[MODE] == MODE_STATE:
-            if not stateful:
-                raise InvalidArgumentError(
-                    f"{where}: the saved state holds a pipeline stage's state, but build() "
-                    f"returned {type(out).__name__}, which has no load_state_dict: build the "
-                    "same pipeline")
-            out.load_state_dict(resume[STATE])
-            it = iterate(out)
-        else:
-            skip = resume[SKIP]
-            it = iterate(out)
-            for done in range(skip):
-                try:
-                    next(it)
-                except StopIteration:
+        if resume is not None:
+            if not check_state(resume):
+                raise InvalidArgumentError(f"{where}: not a saved pipeline position: {resume!r}")
+            if resume[MODE] == MODE_STATE:
+                if not stateful:
                     raise InvalidArgumentError(
-                        f"{where}: the saved state counts {skip} batches delivered, but "
-                        f"build() gave only {done} when replayed: build the same pipeline"
-                    ) from None
-        base = int(getattr(out, "taken", 0)) if stateful else 0
-        return cls(out, stateful, base, skip), it
+                        f"{where}: the saved state holds a pipeline stage's state, but build() "
+                        f"returned {type(out).__name__}, which has no load_state_dict: build "
+                        "the same pipeline")
+                out.load_state_dict(resume[STATE])
+            else:
+                skip = resume[SKIP]
+        built = cls(out, stateful, 0, skip)
+        built.where = where
+        return built
+
+    def iterate(self, iterate: Callable[[Any], Iterator[Any]]) -> Iterator[Any]:
+        """The output's iterator, past the batches a replay skips (the
+        pipeline runs by now).
+
+        Raises:
+            InvalidArgumentError: replaying gave fewer batches than the
+                state counts as delivered (another pipeline).
+        """
+        it = iterate(self.out)
+        for done in range(self.skip):
+            try:
+                next(it)
+            except StopIteration:
+                raise InvalidArgumentError(
+                    f"{self.where}: the saved state counts {self.skip} batches delivered, but "
+                    f"build() gave only {done} when replayed: build the same pipeline"
+                ) from None
+        if self.stateful:
+            self.base = int(getattr(self.out, "taken", 0))
+        return it
 
     def state(self, n: int) -> dict[str, Any]:
         """The position once the first ``n`` batches given are delivered."""

@@ -101,3 +101,32 @@ def expected(num_workers: int, epochs: int, seed: int | None) -> list[tuple[int,
         for k in range(max(len(x) for x in lists)):
             out.extend((w, epoch, x[k]) for w, x in enumerate(lists) if k < len(x))
     return out
+
+
+def csv_pipeline(folder: str, threads: bool, worker_index: int, num_workers: int) -> Any:
+    """A real pipeline over this worker's CSV files of ``tests._resume_support``
+    data (``id,tag``): seeded file order, a seeded shuffle, batches of 16.
+    One reader and runner thread (a deterministic order), or 3 (``threads``)."""
+    import glob
+
+    import feedq
+    from feedq.readers import TextLineReader, decode_csv
+
+    info = get_worker_info()
+    assert info is not None
+    seed = info.shard_seed()
+    paths = sorted(glob.glob(f"{folder}/*.csv"))
+    files = feedq.string_input_producer(
+        feedq.distributed.shard_files(paths, worker_index, num_workers), num_epochs=1, seed=seed)
+    readers = [TextLineReader() for _ in range(3 if threads else 1)]
+
+    def read(reader: Any) -> list[Any]:
+        ids, tags = decode_csv(reader.read_block(files, 24), record_defaults=[[0], [""]])
+        return [ids.astype(np.int64), tags]
+
+    kw: dict[str, Any] = dict(enqueue_many=True, dtypes=[np.int64, feedq.STRING],
+                              shapes=[[], []], allow_smaller_final_batch=True, seed=seed)
+    if threads:
+        return feedq.shuffle_batch_join([lambda r=r: read(r) for r in readers], 16, 200, 100,
+                                        **kw)
+    return feedq.shuffle_batch(lambda: read(readers[0]), 16, 200, 100, **kw)

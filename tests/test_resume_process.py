@@ -12,6 +12,7 @@ uninterrupted run (deterministic order) or cover every batch exactly once
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import signal
@@ -206,39 +207,6 @@ def test_mismatched_restores_are_refused() -> None:
             drain(stage)
 
 
-def test_restore_in_a_new_process_after_sigkill(tmp_path: Path) -> None:
-    """The saving process dies by SIGKILL mid-epoch, batches in flight; a
-    new stage here restores its state and delivers exactly the rest."""
-    out = tmp_path / "state.pkl"
-    script = textwrap.dedent(f"""
-        import os, pickle, time
-        from feedq.process import process_stage
-        from tests import _resume_builds as builds
-
-        if __name__ == "__main__":
-            stage = process_stage(builds.stateful_rows, {N}, epochs={EPOCHS}, seed={SEED})
-            got = [[int(v) for v in stage.dequeue(timeout=20)] for _ in range(11)]
-            state = stage.state_dict()
-            with open({str(out)!r} + ".tmp", "wb") as f:
-                pickle.dump((got, state, os.getpid(), stage.pids), f)
-            os.replace({str(out)!r} + ".tmp", {str(out)!r})
-            time.sleep(60)  # killed here, workers and segments alive
-    """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), *sys.path]))
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
-    try:
-        wait_until(out.exists, 40.0, "the saving process's state file")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    assert proc.returncode == -signal.SIGKILL
-    got, state, pid, worker_pids = pickle.loads(out.read_bytes())
-    assert wait_dead(worker_pids, 5.0) == []  # the orphaned workers leave
-    rest = restored_rest(state)  # a new stage also sweeps the dead run's segments
-    assert [tuple(t) for t in got] + rest == EXPECTED
-    assert own_segments(pid) == []
-
-
 def test_state_is_plain_small_data() -> None:
     with new_stage() as stage:
         take(stage, 5)
@@ -249,3 +217,116 @@ def test_state_is_plain_small_data() -> None:
                                 for p, n in zip(state["received"], [5, 7, 9])]
     assert len(pickle.dumps(state)) < 1000
     assert np.array_equal(state["received"], [2, 2, 1])
+
+
+# -- real pipelines in the workers (feedq.Pipeline(resumable=True)) -------------------------
+
+
+@pytest.fixture(scope="module")
+def csv_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from tests import _resume_support as rs
+
+    folder = tmp_path_factory.mktemp("csv")
+    rs.write_data(folder, "csv", files=6)
+    return str(folder)
+
+
+def ids_of(stage: ProcessStage, n: int | None = None) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    while n is None or len(out) < n:
+        try:
+            batch = stage.dequeue(timeout=20)
+        except OutOfRangeError:
+            break
+        out.append(np.asarray(batch[0]).copy())
+    return out
+
+
+def test_csv_pipelines_resume_exactly(csv_folder: str) -> None:
+    """One reader and runner thread per worker: the restored run delivers
+    the very batches of the uninterrupted one, across the epoch boundary."""
+    build = functools.partial(builds.csv_pipeline, csv_folder, False)
+
+    def stage() -> ProcessStage:
+        return process_stage(build, 2, epochs=2, seed=5, resumable=True)
+
+    with stage() as s:
+        full = ids_of(s)
+    total = sum(len(b) for b in full)
+    assert sorted(np.concatenate(full).tolist()) == sorted(list(range(total // 2)) * 2)
+    for k in (5, len(full) // 2 + 1):  # mid-epoch 0, and in epoch 1
+        with stage() as s:
+            got = ids_of(s, k)
+            state = pickle.loads(pickle.dumps(s.state_dict()))
+        with stage() as s:
+            s.load_state_dict(state)
+            rest = ids_of(s)
+        assert len(got) + len(rest) == len(full)
+        for a, b in zip(got + rest, full):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_threaded_csv_pipelines_deliver_every_record_once(csv_folder: str) -> None:
+    """3 readers per worker, first-ready order: timing decides the order, and
+    every record not delivered before the save comes exactly once after."""
+    build = functools.partial(builds.csv_pipeline, csv_folder, True)
+    with process_stage(build, 2, seed=5, order="first_ready", resumable=True) as s:
+        got = ids_of(s, 7)
+        state = s.state_dict(upto=5)  # two taken, not delivered
+    with process_stage(build, 2, seed=5, order="first_ready", resumable=True) as s:
+        s.load_state_dict(state)
+        rest = ids_of(s)
+    ids = np.concatenate(got[:5] + rest).tolist()
+    assert sorted(ids) == list(range(len(ids)))
+
+
+def test_a_pipeline_stage_needs_resumable_true(csv_folder: str) -> None:
+    build = functools.partial(builds.csv_pipeline, csv_folder, False)
+    with process_stage(build, 2, seed=5) as s:
+        ids_of(s, 1)
+        with pytest.raises(InvalidArgumentError, match=r"process_stage\(\.\.\., resumable=True\)"):
+            s.state_dict()
+
+
+def test_restore_in_a_new_process_after_sigkill(tmp_path: Path, csv_folder: str) -> None:
+    """The saving process (CSV pipelines in 2 workers) dies by SIGKILL
+    mid-epoch, batches in flight; a new stage here restores its state and
+    delivers exactly the rest of the uninterrupted run."""
+    out = tmp_path / "state.pkl"
+    script = textwrap.dedent(f"""
+        import functools, os, pickle, time
+        import numpy as np
+        from feedq.process import process_stage
+        from tests import _resume_builds as builds
+
+        if __name__ == "__main__":
+            build = functools.partial(builds.csv_pipeline, {csv_folder!r}, False)
+            stage = process_stage(build, 2, seed=5, resumable=True)
+            got = [np.asarray(stage.dequeue(timeout=20)[0]).copy() for _ in range(9)]
+            state = stage.state_dict()
+            with open({str(out)!r} + ".tmp", "wb") as f:
+                pickle.dump((got, state, os.getpid(), stage.pids), f)
+            os.replace({str(out)!r} + ".tmp", {str(out)!r})
+            time.sleep(60)  # killed here, workers and segments alive
+    """)
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *sys.path]))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        wait_until(out.exists, 40.0, "the saving process's state file")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+    got, state, pid, worker_pids = pickle.loads(out.read_bytes())
+    assert wait_dead(worker_pids, 5.0) == []  # the orphaned workers leave
+    build = functools.partial(builds.csv_pipeline, csv_folder, False)
+    with process_stage(build, 2, seed=5, resumable=True) as s:
+        full = ids_of(s)
+    with process_stage(build, 2, seed=5, resumable=True) as s:  # also sweeps dead segments
+        s.load_state_dict(state)
+        rest = ids_of(s)
+    assert len(got) + len(rest) == len(full)
+    for a, b in zip(got + rest, full):
+        np.testing.assert_array_equal(a, b)
+    assert own_segments(pid) == []

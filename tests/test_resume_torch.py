@@ -11,10 +11,13 @@ Batches are ``[worker, epoch, item]`` (``tests._resume_builds``).
 
 from __future__ import annotations
 
+import functools
 import pickle
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import feedq
@@ -144,3 +147,29 @@ def test_protocol_refusals() -> None:
         feedq.as_torch_dataset(q, batch_size=2).state_dict()
     with pytest.raises(InvalidArgumentError, match=r"^not a state of as_torch_dataset\(source\)"):
         feedq.as_torch_dataset(q, batch_size=2).load_state_dict({"format": "x"})
+
+
+def test_csv_pipelines_in_dataloader_workers(tmp_path: Path) -> None:
+    """Real pipelines (``feedq.Pipeline(resumable=True)`` per DataLoader
+    worker): a StatefulDataLoader restored mid-epoch gives exactly the rest."""
+    from tests import _resume_support as rs
+
+    rs.write_data(tmp_path, "csv", files=4)
+    build = functools.partial(builds.csv_pipeline, str(tmp_path), False)
+
+    def make() -> Any:
+        ds = feedq.as_torch_dataset(build, seed=SEED, resumable=True)
+        return StatefulDataLoader(ds, batch_size=None, num_workers=2)
+
+    full = [b[0].numpy().copy() for b in make()]
+    saver = make()
+    it = iter(saver)
+    got = [next(it)[0].numpy().copy() for _ in range(7)]
+    state = pickle.loads(pickle.dumps(saver.state_dict()))
+    del it
+    restored = make()
+    restored.load_state_dict(state)
+    rest = [b[0].numpy().copy() for b in restored]
+    assert len(got) + len(rest) == len(full)
+    for a, b in zip(got + rest, full):
+        np.testing.assert_array_equal(a, b)

@@ -113,7 +113,7 @@ class _Pass:
 
 
 def _run(build: Callable[[int, int], Any], start: Callable[[], _Pass], in_worker: bool,
-         convert: Callable[[Any], Any]) -> Iterator[Any]:
+         convert: Callable[[Any], Any], resumable: bool = False) -> Iterator[Any]:
     """Build this worker's pipeline, start it, yield its batches as tensors;
     stop and join it at the end (or when the DataLoader lets go). The pass
     (epoch, restored position) is decided when the first batch is asked for."""
@@ -121,7 +121,7 @@ def _run(build: Callable[[int, int], Any], start: Callable[[], _Pass], in_worker
     info = run.info
     if run.done:
         return  # restored after this worker's last batch of the epoch
-    pipe = Pipeline()
+    pipe = Pipeline(resumable=resumable)
     if in_worker:
         set_worker_info(info, process_wide=True)
     previous = set_worker_info(info)
@@ -134,11 +134,18 @@ def _run(build: Callable[[int, int], Any], start: Callable[[], _Pass], in_worker
         set_worker_info(previous)
     for obj in owned:
         pipe.closing(obj)
+    try:
+        # Restored before the runners start (a stage loads its state then).
+        built = Built.prepare(out, run.resume,
+                              f"DataLoader worker {info.index}, epoch {info.epoch}")
+    except BaseException:
+        pipe.join()
+        raise
     pipe.start()
     try:
-        run.built, it = Built.start(
-            out, run.resume, f"DataLoader worker {info.index}, epoch {info.epoch}",
-            functools.partial(iterate_output, index=info.index, num_workers=info.num_workers))
+        it = built.iterate(functools.partial(iterate_output, index=info.index,
+                                             num_workers=info.num_workers))
+        run.built = built
         for batch in it:
             run.yielded += 1  # counted before the consumer has it: its state_dict follows
             yield convert(batch)
@@ -157,10 +164,12 @@ def _dataset_class() -> type:
         """A torch ``IterableDataset`` that builds a feedq pipeline per
         DataLoader worker (see ``feedq.as_torch_dataset``)."""
 
-        def __init__(self, build: Callable[[int, int], Any], seed: int | None) -> None:
+        def __init__(self, build: Callable[[int, int], Any], seed: int | None,
+                     resumable: bool) -> None:
             super().__init__()
             self.build = build
             self.seed = seed
+            self.resumable = resumable
             # Passes started, counted across DataLoader workers (each pass's
             # workers may be new processes, forked or spawned with a pickle
             # of this dataset; the counter lives in shared memory).
@@ -202,7 +211,7 @@ def _dataset_class() -> type:
                 planned.done = planned.counted = pending[K_DONE]
                 self._live = planned
             return _run(self.build, functools.partial(self._start, index, num, planned),
-                        worker is not None, to_torch)
+                        worker is not None, to_torch, self.resumable)
 
         def state_dict(self) -> dict[str, Any]:
             """This worker's position: its epoch and its pipeline's state
@@ -251,6 +260,8 @@ def _check(state: Any) -> None:
         raise InvalidArgumentError(f"bad state of as_torch_dataset(build): {state!r}")
 
 
-def build_dataset(build: Callable[[int, int], Any], *, seed: int | None = None) -> Any:
-    """The dataset ``as_torch_dataset(build)`` returns."""
-    return _dataset_class()(build, seed)
+def build_dataset(build: Callable[[int, int], Any], *, seed: int | None = None,
+                  resumable: bool = False) -> Any:
+    """The dataset ``as_torch_dataset(build)`` returns (``resumable``: build
+    each pipeline in a ``feedq.Pipeline(resumable=True)``)."""
+    return _dataset_class()(build, seed, bool(resumable))

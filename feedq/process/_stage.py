@@ -343,6 +343,7 @@ class ProcessStage(StateMixin):
         prefetch: int | None = None,
         start_method: str | None = None,
         copy: bool = False,
+        resumable: bool = False,
     ) -> None:
         if not callable(build):
             raise TypeError(f"build must be a function build(worker_index, num_workers), got {build!r}")
@@ -376,6 +377,7 @@ class ProcessStage(StateMixin):
         self._slots = None if prefetch is None else prefetch + EXTRA_SLOTS
         self._method = method
         self._copy = copy
+        self._resumable = bool(resumable)
         self._token = new_token()
         self._parent_pid = os.getpid()
 
@@ -434,6 +436,7 @@ class ProcessStage(StateMixin):
                     slots=self._slots, returns=returns, close_fds=close_fds,
                     start_epoch=self._start_epoch,
                     resume=None if self._resume is None else self._resume[i],
+                    resumable=self._resumable,
                 )
                 process = ctx.Process(target=worker_main, args=(config, child_conn),
                                       name=f"feedq-process-{i}", daemon=True)
@@ -1025,6 +1028,7 @@ def process_stage(
     prefetch: int | None = None,
     start_method: str | None = None,
     copy: bool = False,
+    resumable: bool = False,
 ) -> ProcessStage:
     """Run ``build``'s pipeline in worker processes; take its batches here,
     through shared memory.
@@ -1083,6 +1087,23 @@ def process_stage(
             (default elsewhere), or ``"fork"`` (fast to start, but forks this
             process's threads' state: only when nothing else runs threads).
         copy: hand out private copies instead of shared-memory views.
+        resumable: build each worker's pipeline in a
+            ``feedq.Pipeline(resumable=True)``, so that
+            :meth:`ProcessStage.state_dict` saves each worker's position
+            (needed when ``build`` returns a feedq stage; a plain iterable is
+            replayed instead).
+
+    Resumption: ``state = stage.state_dict()`` between batches saves the
+    epoch, the merge position and each worker's pipeline state as of the
+    batches this consumer took (batches in shared memory are not
+    delivered); a new stage built the same way continues with
+    ``stage.load_state_dict(state)`` before its first batch::
+
+        stage = feedq.process_stage(build, 2, epochs=3, seed=7, resumable=True)
+        stage.load_state_dict(torch.load("loader.pt"))   # when resuming
+        for batch in stage:
+            ...
+            torch.save(stage.state_dict(), "loader.pt")
 
     Returns:
         A :class:`ProcessStage`; inside ``with feedq.Pipeline():`` the
@@ -1095,5 +1116,6 @@ def process_stage(
         UnimplementedError: no POSIX shared memory (Windows).
     """
     return ProcessStage(build, num_processes, order=order, epochs=epochs, seed=seed,
-                        prefetch=prefetch, start_method=start_method, copy=copy)
+                        prefetch=prefetch, start_method=start_method, copy=copy,
+                        resumable=resumable)
 

@@ -87,6 +87,7 @@ class StateMixin:
     _requests: int
     _start_epoch: int
     _resume: list[dict[str, Any]] | None
+    _resumable: bool
 
     def _check_usable(self) -> None:
         raise NotImplementedError
@@ -206,9 +207,12 @@ class StateMixin:
             for h in self._handles:
                 _, _, reply, error = h.replies[request]
                 if error is not None:
+                    hint = "" if self._resumable else (
+                        " (make the stage with process_stage(..., resumable=True) so that each "
+                        "worker builds a resumable pipeline)")
                     raise InvalidArgumentError(
                         f"process stage worker {h.index} (pid {h.pid}) could not save its "
-                        f"pipeline's state: {error}")
+                        f"pipeline's state: {error}{hint}")
                 states.append(reply)
             return states
         finally:

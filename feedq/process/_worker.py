@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from .._resumable import Built, fresh_state, iterate_output
+from .._scope import closing_scope
 from .._workerinfo import WorkerInfo, set_worker_info
 from ..pipeline import Pipeline
 from . import _layout
@@ -147,6 +148,8 @@ class WorkerConfig:
     returns: SlotReturns
     close_fds: list[int] = field(default_factory=list)
     start_epoch: int = 0
+    #: Build each epoch's pipeline as ``feedq.Pipeline(resumable=True)``.
+    resumable: bool = False
     #: This worker's state in ``start_epoch`` (see :func:`worker_state`), or None.
     resume: dict[str, Any] | None = None
 
@@ -339,14 +342,35 @@ class _Worker:
         set_worker_info(WorkerInfo(cfg.index, cfg.num_workers, epoch, cfg.seed, "process"),
                         process_wide=True)
         count = 0
-        with Pipeline() as pipe:
-            with self.lock:
-                self.pipe = pipe
+        pipe = Pipeline(resumable=cfg.resumable)
+        with self.lock:
+            self.pipe = pipe
+        try:
+            if self.stop.is_set():
+                raise _Stopped()
+            # Built current but not started: a restored stage loads its state
+            # before its runners run; then `with pipe` starts them, and on
+            # exit stops, joins and closes what registered during the build.
             try:
-                if self.stop.is_set():
-                    raise _Stopped()
-                out = cfg.build(cfg.index, cfg.num_workers)
-                it = self.start_build(epoch, out)
+                with closing_scope() as owned, pipe.as_default():
+                    out = cfg.build(cfg.index, cfg.num_workers)
+                for obj in owned:
+                    pipe.closing(obj)
+                resume = cfg.resume if epoch == cfg.start_epoch else None
+                built = Built.prepare(out, resume,
+                                      f"process stage worker {cfg.index}, epoch {epoch}")
+            except BaseException:
+                pipe.stop()
+                with contextlib.suppress(Exception):
+                    pipe.join()
+                raise
+            with pipe:
+                it = built.iterate(functools.partial(
+                    iterate_output, index=cfg.index, num_workers=cfg.num_workers))
+                with self.lock:  # state requests about this epoch go to it now
+                    self.built[epoch] = built
+                    for old in [e for e in self.built if e < epoch - 1]:
+                        del self.built[old]
                 for batch in it:
                     if self.stop.is_set():
                         raise _Stopped()
@@ -354,24 +378,10 @@ class _Worker:
                     count += 1
                 if self.stop.is_set():
                     raise _Stopped()  # a stop ended the pipeline's iteration early
-            finally:
-                with self.lock:
-                    self.pipe = None
+        finally:
+            with self.lock:
+                self.pipe = None
         return count
-
-    def start_build(self, epoch: int, out: Any) -> Any:
-        """The iterator of this epoch's build output, restored when this is
-        the epoch the worker resumes in; remembered for state requests."""
-        cfg = self.cfg
-        resume = cfg.resume if epoch == cfg.start_epoch else None
-        built, it = Built.start(
-            out, resume, f"process stage worker {cfg.index}, epoch {epoch}",
-            functools.partial(iterate_output, index=cfg.index, num_workers=cfg.num_workers))
-        with self.lock:
-            self.built[epoch] = built
-            for old in [e for e in self.built if e < epoch - 1]:
-                del self.built[old]
-        return it
 
     def run(self) -> None:
         self.send(("hello", self.pid))
