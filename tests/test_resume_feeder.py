@@ -119,3 +119,27 @@ def test_load_after_start_is_refused() -> None:
         with pytest.raises(FailedPreconditionError, match=r"before the feeder starts$"):
             feeder.load_state_dict({"pos": 0, "n": len(FULL)})
         assert tag(feeder.get(timeout=10)) == FULL[1]  # unchanged
+
+
+def test_a_resumable_pipeline_stage_as_the_source(tmp_path: Any) -> None:
+    """A real pipeline (one shuffle_batch, exact mode): the feeder's state is
+    the pipeline's state as of the batches the consumer got; restored with
+    ``feedq.Pipeline(state=...)`` (the stage restores as it is built)."""
+    from tests import _resume_support as rs
+
+    data = rs.write_data(tmp_path, "memory")
+    reference = [ids for ids, _ in rs.run(data, "exact", 1)]
+    with feedq.Pipeline(resumable=True) as pipe:
+        stage = rs.build(pipe, data, "exact", 1)
+        with DeviceFeeder(stage, prefetch=4) as feeder:
+            got = [np.asarray(feeder.get(timeout=10)[0]).copy() for _ in range(6)]
+            wait_prefetched(feeder)
+            assert stage.taken > 6  # the feeder read ahead
+            state = pickle.loads(pickle.dumps(feeder.state_dict()))
+    with feedq.Pipeline(state=state) as pipe:
+        stage = rs.build(pipe, data, "exact", 1)
+        with DeviceFeeder(stage, prefetch=4) as feeder:
+            rest = [np.asarray(b[0]).copy() for b in feeder]
+    assert len(got) + len(rest) == len(reference)
+    for a, b in zip(got + rest, reference):
+        np.testing.assert_array_equal(a, b)
