@@ -127,7 +127,7 @@ def test_a_resumable_pipeline_stage_as_the_source(tmp_path: Any) -> None:
     ``feedq.Pipeline(state=...)`` (the stage restores as it is built)."""
     from tests import _resume_support as rs
 
-    data = rs.write_data(tmp_path, "memory")
+    data = rs.write_data(tmp_path, "memory", files=3)
     reference = [ids for ids, _ in rs.run(data, "exact", 1)]
     with feedq.Pipeline(resumable=True) as pipe:
         stage = rs.build(pipe, data, "exact", 1)
