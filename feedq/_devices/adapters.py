@@ -107,7 +107,15 @@ def as_torch_dataset(source: Any, batch_size: int | None = None, *,
     (the one :func:`feedq.process_stage` takes): then each DataLoader worker
     builds its own pipeline (``num_workers=0``: one, in this process), each
     DataLoader pass is one epoch, and ``DataLoader(ds, batch_size=None)`` is
-    required (see ``feedq._devices.torch_build``); only ``seed=`` applies.
+    required (see ``feedq._devices.torch_build``); only ``seed=`` and
+    ``resumable=`` (build each pipeline in ``feedq.Pipeline(resumable=True)``)
+    apply.
+
+    Resumption: the dataset implements ``state_dict()`` /
+    ``load_state_dict()``, the protocol torchdata's ``StatefulDataLoader``
+    calls (in each DataLoader worker for a build function): the position as
+    of the batches yielded. A queue source has none
+    (``FailedPreconditionError``); a stage or process stage source does.
 
     Usage::
 
