@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import feedq
 from feedq.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -330,3 +331,27 @@ def test_restore_in_a_new_process_after_sigkill(tmp_path: Path, csv_folder: str)
     for a, b in zip(got + rest, full):
         np.testing.assert_array_equal(a, b)
     assert own_segments(pid) == []
+
+
+def test_inside_a_resumable_pipeline(csv_folder: str) -> None:
+    """feedq.Pipeline(resumable=True) around a process stage: the stage is
+    the pipeline's output (pipe.state_dict() is its state, worker pipelines
+    resumable), and Pipeline(state=...) starts its workers restored."""
+    build = functools.partial(builds.csv_pipeline, csv_folder, False)
+    with feedq.Pipeline(resumable=True) as pipe:
+        full = ids_of(process_stage(build, 2, seed=5))
+    with feedq.Pipeline(resumable=True) as pipe:
+        got = ids_of(process_stage(build, 2, seed=5), 4)
+        state = pickle.loads(pickle.dumps(pipe.state_dict()))
+    with feedq.Pipeline(state=state) as pipe:
+        stage = process_stage(build, 2, seed=5)
+        rest = ids_of(stage)
+    assert len(got) + len(rest) == len(full)
+    for a, b in zip(got + rest, full):
+        np.testing.assert_array_equal(a, b)
+    later = feedq.Pipeline(resumable=True)  # built, then loaded before it starts
+    with later.as_default():
+        stage = process_stage(build, 2, seed=5)
+    later.load_state_dict(state)
+    with later, stage:
+        assert len(ids_of(stage)) == len(rest)

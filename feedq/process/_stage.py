@@ -343,7 +343,7 @@ class ProcessStage(StateMixin):
         prefetch: int | None = None,
         start_method: str | None = None,
         copy: bool = False,
-        resumable: bool = False,
+        resumable: bool | None = None,
     ) -> None:
         if not callable(build):
             raise TypeError(f"build must be a function build(worker_index, num_workers), got {build!r}")
@@ -377,7 +377,6 @@ class ProcessStage(StateMixin):
         self._slots = None if prefetch is None else prefetch + EXTRA_SLOTS
         self._method = method
         self._copy = copy
-        self._resumable = bool(resumable)
         self._token = new_token()
         self._parent_pid = os.getpid()
 
@@ -409,9 +408,18 @@ class ProcessStage(StateMixin):
         self._requests = 0
         self._start_epoch = 0
         self._resume: list[dict[str, Any]] | None = None
+        self._base_counts: dict[int, list[int]] = {}  # restored: batches delivered before
 
         pipe = current_pipeline()
         self._coord = None if pipe is None else pipe.coord
+        self._resumable = (pipe is not None and pipe.resumable) if resumable is None else bool(
+            resumable)
+        if pipe is not None and pipe.resumable:
+            # The pipeline's output: its state_dict is ours, and its state=...
+            # (if any) is ours to start from.
+            state = pipe._add_resumable(self)
+            if state is not None:
+                self._apply_state(state)
         sweep()  # segments of dead parents (a SIGKILLed run)
         self._start_workers()
         _live.add(self)
@@ -444,8 +452,10 @@ class ProcessStage(StateMixin):
                     process.start()
                 finally:
                     child_conn.close()
-                self._handles.append(_Handle(i, process, parent_conn, returns,
-                                             self._slots or MAX_SLOTS))
+                h = _Handle(i, process, parent_conn, returns, self._slots or MAX_SLOTS)
+                for epoch, counts in self._base_counts.items():
+                    h.counts[epoch] = (counts[i], 0)
+                self._handles.append(h)
         except BaseException:
             self._closed = True
             self._shutdown()
@@ -1028,7 +1038,7 @@ def process_stage(
     prefetch: int | None = None,
     start_method: str | None = None,
     copy: bool = False,
-    resumable: bool = False,
+    resumable: bool | None = None,
 ) -> ProcessStage:
     """Run ``build``'s pipeline in worker processes; take its batches here,
     through shared memory.
@@ -1091,7 +1101,10 @@ def process_stage(
             ``feedq.Pipeline(resumable=True)``, so that
             :meth:`ProcessStage.state_dict` saves each worker's position
             (needed when ``build`` returns a feedq stage; a plain iterable is
-            replayed instead).
+            replayed instead). ``None``: as the current pipeline
+            (``feedq.Pipeline(resumable=True)`` or ``state=``), whose
+            ``state_dict`` / ``load_state_dict`` are then this stage's, and
+            whose ``state=`` the workers start from.
 
     Resumption: ``state = stage.state_dict()`` between batches saves the
     epoch, the merge position and each worker's pipeline state as of the

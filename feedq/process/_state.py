@@ -88,6 +88,7 @@ class StateMixin:
     _start_epoch: int
     _resume: list[dict[str, Any]] | None
     _resumable: bool
+    _base_counts: dict[int, list[int]]
 
     def _check_usable(self) -> None:
         raise NotImplementedError
@@ -245,24 +246,28 @@ class StateMixin:
                     "load_state_dict must come before the process stage's first batch is taken")
             # A batch peek() holds (an adapter reading the structure) is
             # dropped with the workers: the restored stage delivers its own.
-            epoch, done, first, received, workers = self._parse(state)
-            if done:
-                epoch += 1
-                received = [0] * self._num
-                workers = None
-            exhausted = self._epochs is not None and epoch >= self._epochs
-            self._start_epoch = epoch
-            self._resume = workers
-            self._epoch = epoch - 1 if exhausted else epoch
-            self._epoch_done = exhausted
-            self._rotation = list(range(self._num))
-            self._turn = 0 if first is None else first
-            self._active = set(range(self._num))
+            self._apply_state(state)
             self._restart_workers()
             self._takes = 0
             self._records.clear()
-            for h, n in zip(self._handles, received):
-                h.counts[self._epoch] = (n, 0)
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        """Set where the workers start and the merge position from ``state``
+        (before the workers start: ``_start_workers`` uses it)."""
+        epoch, done, first, received, workers = self._parse(state)
+        if done:
+            epoch += 1
+            received = [0] * self._num
+            workers = None
+        exhausted = self._epochs is not None and epoch >= self._epochs
+        self._start_epoch = epoch
+        self._resume = workers
+        self._epoch = epoch - 1 if exhausted else epoch
+        self._epoch_done = exhausted
+        self._rotation = list(range(self._num))
+        self._turn = 0 if first is None else first
+        self._active = set(range(self._num))
+        self._base_counts = {self._epoch: received}
 
     def _parse(self, state: Any) -> tuple[int, bool, int | None, list[int],
                                           list[dict[str, Any]] | None]:
