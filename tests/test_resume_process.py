@@ -355,3 +355,16 @@ def test_inside_a_resumable_pipeline(csv_folder: str) -> None:
     later.load_state_dict(state)
     with later, stage:
         assert len(ids_of(stage)) == len(rest)
+
+
+def test_state_keyword_starts_the_workers_restored() -> None:
+    with new_stage() as stage:
+        got = take(stage, 8)
+        state = stage.state_dict()
+    with new_stage(state=pickle.loads(pickle.dumps(state))) as stage:
+        pids = stage.pids
+        rest = drain(stage)
+        assert stage.pids == pids  # started once, restored
+    assert got + rest == EXPECTED
+    with pytest.raises(InvalidArgumentError, match=r"of 3 workers; this one has 2"):
+        new_stage(n=2, state=state)

@@ -344,6 +344,7 @@ class ProcessStage(StateMixin):
         start_method: str | None = None,
         copy: bool = False,
         resumable: bool | None = None,
+        state: dict[str, Any] | None = None,
     ) -> None:
         if not callable(build):
             raise TypeError(f"build must be a function build(worker_index, num_workers), got {build!r}")
@@ -417,9 +418,11 @@ class ProcessStage(StateMixin):
         if pipe is not None and pipe.resumable:
             # The pipeline's output: its state_dict is ours, and its state=...
             # (if any) is ours to start from.
-            state = pipe._add_resumable(self)
-            if state is not None:
-                self._apply_state(state)
+            pending = pipe._add_resumable(self)
+            if pending is not None and state is None:
+                state = pending
+        if state is not None:
+            self._apply_state(state)
         sweep()  # segments of dead parents (a SIGKILLed run)
         self._start_workers()
         _live.add(self)
@@ -1039,6 +1042,7 @@ def process_stage(
     start_method: str | None = None,
     copy: bool = False,
     resumable: bool | None = None,
+    state: dict[str, Any] | None = None,
 ) -> ProcessStage:
     """Run ``build``'s pipeline in worker processes; take its batches here,
     through shared memory.
@@ -1105,6 +1109,9 @@ def process_stage(
             (``feedq.Pipeline(resumable=True)`` or ``state=``), whose
             ``state_dict`` / ``load_state_dict`` are then this stage's, and
             whose ``state=`` the workers start from.
+        state: a :meth:`ProcessStage.state_dict` to continue from: the
+            workers start restored (``load_state_dict`` after construction
+            restarts them instead: one more worker start).
 
     Resumption: ``state = stage.state_dict()`` between batches saves the
     epoch, the merge position and each worker's pipeline state as of the
@@ -1112,8 +1119,8 @@ def process_stage(
     delivered); a new stage built the same way continues with
     ``stage.load_state_dict(state)`` before its first batch::
 
-        stage = feedq.process_stage(build, 2, epochs=3, seed=7, resumable=True)
-        stage.load_state_dict(torch.load("loader.pt"))   # when resuming
+        saved = torch.load("loader.pt") if resuming else None
+        stage = feedq.process_stage(build, 2, epochs=3, seed=7, resumable=True, state=saved)
         for batch in stage:
             ...
             torch.save(stage.state_dict(), "loader.pt")
@@ -1126,9 +1133,10 @@ def process_stage(
         TypeError: ``build`` is not callable or, for spawn/forkserver, not
             picklable.
         ValueError: a bad argument.
+        InvalidArgumentError: ``state`` is not a state of a stage like this one.
         UnimplementedError: no POSIX shared memory (Windows).
     """
     return ProcessStage(build, num_processes, order=order, epochs=epochs, seed=seed,
                         prefetch=prefetch, start_method=start_method, copy=copy,
-                        resumable=resumable)
+                        resumable=resumable, state=state)
 
