@@ -135,42 +135,53 @@ class StateMixin:
             DeadlineExceededError: a worker did not answer within 30 s.
             CancelledError: the stage was closed or failed.
         """
-        with self._take_lock:
-            self._check_usable()
-            taken = self.taken
-            if upto is None:
-                upto = taken
-            if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= taken:
-                raise InvalidArgumentError(
-                    f"upto must be an int in [0, {taken}] (batches taken), got {upto!r}")
-            later = [r for r in self._records if r.ticket >= upto]
-            if upto < self._takes and (not self._records or self._records[0].ticket > upto):
-                raise InvalidArgumentError(
-                    f"upto={upto} is more than {STATE_WINDOW} batches back (taken: {taken})")
-            first: int | None
-            if later:
-                epoch, done, first = later[0].epoch, False, later[0].worker
-            else:
-                epoch, done, first = self._epoch, self._epoch_done, self._next_turn()
-            if epoch < self._epoch - 1:
-                raise InvalidArgumentError(
-                    f"upto={upto} reaches back to epoch {epoch}; the workers keep only the "
-                    f"pipelines of epochs {self._epoch - 1} and {self._epoch}")
-            counts = [h.counts.get(epoch, (0, 0)) for h in self._handles]
-            sent = [recv - sum(1 for r in later if r.worker == i and r.epoch == epoch)
-                    for i, (_, recv) in enumerate(counts)]
-            received = [base + n for (base, _), n in zip(counts, sent)]
-            workers = None if done else self._ask_workers(epoch, sent)
-            return {
-                K_FORMAT: FORMAT,
-                K_PROCESSES: self._num,
-                K_ORDER: self._order,
-                K_EPOCH: epoch,
-                K_EPOCH_DONE: done,
-                K_NEXT: first if self._order == "deterministic" and not done else None,
-                K_RECEIVED: received,
-                K_WORKERS: workers,
-            }
+        # A feeder's thread may be inside a take, waiting for a batch: wait
+        # for it, within bounds.
+        if not self._take_lock.acquire(timeout=STATE_TIMEOUT_SECS):
+            raise DeadlineExceededError(
+                f"state_dict waited {STATE_TIMEOUT_SECS:g} s for another thread's take from "
+                "the process stage")
+        try:
+            return self._state_locked(upto)
+        finally:
+            self._take_lock.release()
+
+    def _state_locked(self, upto: int | None) -> dict[str, Any]:
+        self._check_usable()
+        taken = self.taken
+        if upto is None:
+            upto = taken
+        if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= taken:
+            raise InvalidArgumentError(
+                f"upto must be an int in [0, {taken}] (batches taken), got {upto!r}")
+        later = [r for r in self._records if r.ticket >= upto]
+        if upto < self._takes and (not self._records or self._records[0].ticket > upto):
+            raise InvalidArgumentError(
+                f"upto={upto} is more than {STATE_WINDOW} batches back (taken: {taken})")
+        first: int | None
+        if later:
+            epoch, done, first = later[0].epoch, False, later[0].worker
+        else:
+            epoch, done, first = self._epoch, self._epoch_done, self._next_turn()
+        if epoch < self._epoch - 1:
+            raise InvalidArgumentError(
+                f"upto={upto} reaches back to epoch {epoch}; the workers keep only the "
+                f"pipelines of epochs {self._epoch - 1} and {self._epoch}")
+        counts = [h.counts.get(epoch, (0, 0)) for h in self._handles]
+        sent = [recv - sum(1 for r in later if r.worker == i and r.epoch == epoch)
+                for i, (_, recv) in enumerate(counts)]
+        received = [base + n for (base, _), n in zip(counts, sent)]
+        workers = None if done else self._ask_workers(epoch, sent)
+        return {
+            K_FORMAT: FORMAT,
+            K_PROCESSES: self._num,
+            K_ORDER: self._order,
+            K_EPOCH: epoch,
+            K_EPOCH_DONE: done,
+            K_NEXT: first if self._order == "deterministic" and not done else None,
+            K_RECEIVED: received,
+            K_WORKERS: workers,
+        }
 
     def _next_turn(self) -> int | None:
         """The worker whose batch comes next (deterministic order)."""
