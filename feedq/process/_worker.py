@@ -18,7 +18,7 @@ Messages, worker -> parent (all small; payloads never travel in them):
 * ``("batch", epoch, slot, name, generation, nbytes, tree, descs)``, with
   ``tree`` and ``descs`` ``None`` when they are the previous batch's;
 * ``("end", epoch, count)``: the epoch's last batch was sent;
-* ``("done",)``: every epoch was sent; the worker exits;
+* ``("done",)``: every epoch was sent; the worker waits for ``stop``;
 * ``("error", epoch, pickled exception or None, type name, message, traceback)``.
 
 * ``("state", request, reply or None, error text or None)``: the answer to a
@@ -26,8 +26,8 @@ Messages, worker -> parent (all small; payloads never travel in them):
 
 Parent -> worker: ``("epoch", n)``, ``("stop",)``, ``("state", request,
 epoch, upto)``: this worker's pipeline state in ``epoch`` as if only its
-first ``upto`` batches of that epoch had been delivered (see
-:func:`worker_state`).
+first ``upto`` batches of that epoch had been delivered (a position of
+``feedq._resumable``).
 
 Resumption: a worker started with a state (``WorkerConfig.start_epoch`` and
 ``resume``) begins at that epoch; a ``build`` output with ``state_dict`` /
@@ -150,7 +150,7 @@ class WorkerConfig:
     start_epoch: int = 0
     #: Build each epoch's pipeline as ``feedq.Pipeline(resumable=True)``.
     resumable: bool = False
-    #: This worker's state in ``start_epoch`` (see :func:`worker_state`), or None.
+    #: This worker's position in ``start_epoch`` (``feedq._resumable``), or None.
     resume: dict[str, Any] | None = None
 
 
@@ -239,8 +239,8 @@ class _Worker:
             # worker has finished stopping, nobody else would end it.
 
     def answer_state(self, request: int, epoch: int, upto: int) -> None:
-        """Control thread: this worker's state in ``epoch`` once its first
-        ``upto`` batches of that epoch are delivered (see :func:`worker_state`)."""
+        """Control thread: this worker's position in ``epoch`` once its first
+        ``upto`` batches of that epoch are delivered (``feedq._resumable``)."""
         with self.lock:
             built = self.built.get(epoch)
         try:
