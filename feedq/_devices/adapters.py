@@ -150,8 +150,9 @@ def _build_dataset(build: Any, batch_size: int | None, device: DeviceLike,
             "the batch size in its pipeline and iterate with DataLoader(dataset, batch_size=None)")
     extra = sorted(set(options) - {"seed", "resumable"})
     if extra or DeviceSpec.parse(device).device_type not in (None, "CPU"):
+        got = ", ".join(extra) or f"device={device!r}"
         raise TypeError(
-            f"as_torch_dataset(build) takes only seed= and resumable= (got {', '.join(extra) or f'device={device!r}'}): "
+            f"as_torch_dataset(build) takes only seed= and resumable= (got {got}): "
             "it yields CPU tensors; move them with pin_memory=True and .to(device) in the loop")
     return build_dataset(build, seed=options.get("seed"),
                          resumable=bool(options.get("resumable", False)))

@@ -309,9 +309,9 @@ class StateMixin:
                                        f"{received!r}")
         if not done:
             if not isinstance(workers, list) or len(workers) != self._num:
+                held = len(workers) if isinstance(workers, list) else 0
                 raise InvalidArgumentError(
-                    f"the process stage state holds {len(workers) if isinstance(workers, list) else 0}"
-                    f" worker states for {self._num} workers")
+                    f"the process stage state holds {held} worker states for {self._num} workers")
             for i, w in enumerate(workers):
                 if not check_state(w):
                     raise InvalidArgumentError(f"bad state of worker {i} in the process stage "
