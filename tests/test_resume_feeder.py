@@ -143,3 +143,29 @@ def test_a_resumable_pipeline_stage_as_the_source(tmp_path: Any) -> None:
     assert len(got) + len(rest) == len(reference)
     for a, b in zip(got + rest, reference):
         np.testing.assert_array_equal(a, b)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA device")
+def test_batches_in_flight_to_a_gpu_are_delivered_again() -> None:
+    """Staged in pinned memory and copied on a side stream: not delivered
+    until get() returns them. (Runs on a GPU machine: pytest -m gpu.)"""
+    source = list_stage()
+    with DeviceFeeder(source, prefetch=3, device="cuda:0", output="torch") as feeder:
+        got = [tag(feeder.get(timeout=10).cpu()) for _ in range(3)]
+        wait_prefetched(feeder)
+        state = feeder.state_dict()
+    source = list_stage()
+    feeder = DeviceFeeder(source, prefetch=3, device="cuda:0", output="torch")
+    feeder.load_state_dict(state)
+    with feeder:
+        rest = [tag(b.cpu()) for b in feeder]
+    assert got + rest == FULL
