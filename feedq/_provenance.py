@@ -9,7 +9,7 @@ record's index in that unit (0 for producers whose elements are the data).
 
 The tags are gathered per runner thread, without changing any API between
 the parts: while a batcher's enqueue op evaluates its source
-(:func:`collecting`), a producer stage's take notes the units it hands out
+(:func:`begin` .. :func:`end`), a producer stage's take notes the units it hands out
 (:func:`note_taken`), a reader claims the unit it just dequeued
 (:func:`claim_unit`), reports the positions of the records it returns
 (:func:`report_rows`) and the size of each unit it finishes
@@ -22,8 +22,6 @@ layers) and ``input`` both use it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,21 +115,29 @@ class _State(threading.local):
 _state = _State()
 
 
-@contextmanager
-def collecting() -> Iterator[Report]:
-    """Gather what the code run inside reports in this thread."""
-    outer, pending = _state.report, _state.pending
+def begin() -> tuple[Report, Any]:
+    """Start gathering what this thread reports; pass the result to :func:`end`.
+
+    (Two plain calls rather than a context manager: this runs once per
+    evaluation of a batcher's source.)
+    """
+    outer = (_state.report, _state.pending)
     report = Report()
     _state.report, _state.pending = report, []
-    try:
-        yield report
-    finally:
-        report.unclaimed = [ids for ids, _ in _state.pending]
-        _state.report, _state.pending = outer, pending
+    return report, outer
+
+
+def end(token: tuple[Report, Any]) -> Report:
+    """Stop gathering (see :func:`begin`); the report."""
+    report, outer = token
+    report.unclaimed = [ids for ids, _ in _state.pending]
+    _state.report, _state.pending = outer
+    return report
+
 
 
 def active() -> bool:
-    """True inside :func:`collecting` in this thread."""
+    """True between :func:`begin` and :func:`end` in this thread."""
     return _state.report is not None
 
 

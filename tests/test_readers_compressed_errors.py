@@ -28,6 +28,7 @@ from feedq.readers import (
     TFRecordReader,
     TFRecordWriter,
     WholeFileReader,
+    _inflate,
     _io,
 )
 from feedq.readers._io import open_stream
@@ -276,7 +277,7 @@ def test_eio_in_a_plain_text_file_is_data_loss_after_the_good_lines(
 
 
 def test_eio_in_a_gzip_tfrecord_names_the_compressed_offset(tmp_path: Path, eio_at: Any) -> None:
-    step = _io._ZLIB_COMPRESSED_CHUNK  # compressed bytes per read (1 MiB)
+    step = _inflate._ZLIB_COMPRESSED_CHUNK  # compressed bytes per read (1 MiB)
     recs = [os.urandom(1000) for _ in range(step // 1000 + 600)]  # incompressible
     p = write_tfr(tmp_path / "a.tfr.gz", recs, "GZIP")
     eio_at(p, step + 40_000)  # the second compressed read fails

@@ -278,3 +278,59 @@ def test_upto_outside_the_window(tmp_path: Path) -> None:
             stage.state_dict(upto=4)
         with pytest.raises(InvalidArgumentError, match="upto"):
             stage.state_dict(upto=-1)
+
+
+def test_parquet_any_mode_filters_column_blocks(tmp_path: Path) -> None:
+    """Re-read Parquet units are subset (ColumnBlock.subset) like record blocks."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    paths, total = [], 0
+    for f in range(4):
+        n = 50 + 7 * f
+        path = tmp_path / f"p{f}.parquet"
+        pq.write_table(pa.table({"id": np.arange(total, total + n, dtype=np.int64)}), path,
+                       row_group_size=16)
+        paths.append(str(path))
+        total += n
+
+    def run(state: dict[str, Any] | None, stop: int | None) -> tuple[list[np.ndarray], dict[str, Any]]:
+        with feedq.Pipeline(resumable=True, state=state) as pipe:
+            files = feedq.string_input_producer(paths, num_epochs=1, seed=2)
+            readers = [pipe.closing(feedq.readers.ParquetReader()) for _ in range(2)]
+
+            def read(r: Any) -> list[Any]:
+                return [r.read_block(files, 20).values()["id"]]
+
+            feedq.shuffle_batch_join([lambda r=r: read(r) for r in readers], 8, capacity=120,
+                                     min_after_dequeue=60, enqueue_many=True, dtypes=[np.int64],
+                                     shapes=[[]], allow_smaller_final_batch=True)
+            got = _consume(pipe, stop)
+            return got, pipe.state_dict(upto=len(got))
+
+    before, state = run(None, 6)
+    after, _ = run(state, None)
+    np.testing.assert_array_equal(np.sort(np.concatenate(before + after)), np.arange(total))
+
+
+def test_too_many_units_for_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from feedq import _provenance
+
+    monkeypatch.setattr(_provenance, "WORKLIST_BASE", 100)
+    with feedq.Pipeline(resumable=True) as pipe:
+        rows = feedq.slice_input_producer([np.arange(60)], num_epochs=3, shuffle=False)
+        feedq.batch(rows, 10)
+        _consume(pipe, 13)  # the producer is in epoch 1 or 2: units >= 100 exist
+        with pytest.raises(InvalidArgumentError, match="more than positions can name"):
+            pipe.state_dict()
+
+
+def test_a_state_nothing_restores_is_an_error(tmp_path: Path) -> None:
+    data = rs.write_data(tmp_path, "memory")
+    with feedq.Pipeline(resumable=True) as pipe:
+        rs.build(pipe, data, "exact", 1)
+        state = pipe.state_dict()
+    ids, x = rs._memory_arrays(data["total"])
+    with feedq.Pipeline(state=state):
+        stage = feedq.slice_input_producer([ids, x], num_epochs=1, seed=3)  # no batcher
+        with pytest.raises(InvalidArgumentError, match="never restored"):
+            stage.dequeue(timeout=5)

@@ -112,8 +112,11 @@ def _batcher(
                 if resume is None:
                     values, many = src.evaluate()
                 else:
-                    with _provenance.collecting() as report:
+                    token = _provenance.begin()
+                    try:
                         values, many = src.evaluate()
+                    finally:
+                        report = _provenance.end(token)
             except OutOfRangeError:
                 if resume is not None and report is not None:
                     resume.note(report)

@@ -75,6 +75,8 @@ class ProducerTracker:
         self._worklist: list[Any] = []  # values of work-list units (elastic)
         self.started = False
         self.fingerprint_extra: dict[str, Any] | None = None
+        self.overflow = False  # more than WORKLIST_BASE units were emitted
+        self._fingerprint: dict[str, Any] | None = None  # the inputs never change
 
     # -- orders -------------------------------------------------------------------
 
@@ -98,6 +100,11 @@ class ProducerTracker:
 
     def fingerprint(self) -> dict[str, Any]:
         """What a restore must agree on (the inputs by count and checksum)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._compute_fingerprint()
+        return dict(self._fingerprint)
+
+    def _compute_fingerprint(self) -> dict[str, Any]:
         if self.arr.dtype == object:
             digest = zlib.crc32(b"\0".join(bytes(v) for v in self.arr.tolist()))
         else:
@@ -131,6 +138,8 @@ class ProducerTracker:
                     q.enqueue_many([values, codes])
                     return
             epoch = self.epochs.next()
+            if (epoch + 1) * n > prov.WORKLIST_BASE:
+                self.overflow = True  # positions cannot name these units: state_dict() refuses
             start = self._start - epoch * n if epoch == self._start // n else 0
             order = self.order(epoch)[start:]
             codes = epoch * n + np.arange(start, n, dtype=np.int64)

@@ -98,6 +98,11 @@ class Resume:
         upto = self.ledger.check_upto(upto)
         tracker = self.tracker
         assert tracker is not None
+        if tracker.overflow:
+            raise InvalidArgumentError(
+                f"this pipeline cannot be resumed: its producer emitted more than "
+                f"{prov.WORKLIST_BASE} elements (epochs x elements), more than positions can name"
+            )
         view = self.ledger.any_view(upto)
         units = view.units.copy()
         worklist: list[Any] = []

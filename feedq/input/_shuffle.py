@@ -92,7 +92,7 @@ class ShuffleBuffer:
 
     def _snapshot(self) -> Snapshot:
         tags, rng = self._buf._snapshot(-1)
-        return Snapshot(tags.astype(np.int64), rng, self._fed, self._last)
+        return Snapshot(tags.astype(np.int64, copy=False), rng, self._fed, self._last)
 
     def _finish_restore(self) -> None:
         snap, pool = self._restore, self._pool

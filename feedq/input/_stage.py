@@ -179,6 +179,12 @@ class Stage:
         """X1: refuse to wait on a queue no started runner will ever fill."""
         if self._checked:
             return
+        pipe = self._pipeline
+        if pipe is not None and getattr(pipe, "_pending_state", None) is not None:
+            raise InvalidArgumentError(
+                "the pipeline's state=... was never restored: it needs a producer and a batcher "
+                "built inside the pipeline"
+            )
         idle = [r.name for r in self._runners() if not r.started]
         if idle:
             raise FailedPreconditionError(

@@ -1,5 +1,8 @@
 """Byte streams over files: plain, GZIP, ZLIB or ZSTD, with bounded buffers.
 
+The decoders live in ``_inflate``, the pipe side (non-blocking reads bounded
+by a :class:`Waiter`) in ``_pipes``; this module puts them together.
+
 Every reader reads through :class:`ByteStream`, which knows the offset in the
 (decompressed) stream, never returns more than asked (so memory per reader is
 bounded by its block size, not the file size) and turns OS and decompression
@@ -22,27 +25,26 @@ caller's timeout or a close.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import select
 import stat
 import threading
-import time
 import weakref
-import zlib
 from collections import deque
-from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
-from feedq.errors import (
-    CancelledError,
-    DataLossError,
-    DeadlineExceededError,
-    MissingExtraError,
-    NotFoundError,
+from feedq.errors import DataLossError, NotFoundError
+from feedq.readers._inflate import (
+    _INFLATE_CHUNK,
+    _ZLIB_INFLATE_CHUNK,
+    _Decoder,
+    _Inflater,
+    _ZstdInflater,
+    zstd_module,
 )
+from feedq.readers._pipes import INTERRUPTS, Waiter, _open_nonblocking, _PollFile
 
 __all__ = [
+    "INTERRUPTS",
     "ByteStream",
     "Waiter",
     "normalize_compression",
@@ -52,39 +54,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("feedq.readers")
-
-_COMPRESSED_CHUNK = 256 * 1024  # compressed bytes fed to zstd per step
-_INFLATE_CHUNK = 1 << 20  # zstd: decompressed bytes per chunk handed over (2 wait at most)
-# GZIP/ZLIB inflate in large steps on the read-ahead thread: zlib releases the
-# GIL for the whole call, and every step ends by taking the GIL back -- the
-# fewer the steps, the fewer waits for a GIL held by the reading thread.
-_ZLIB_COMPRESSED_CHUNK = 1 << 20  # compressed bytes read and fed to zlib per step
-_ZLIB_INFLATE_CHUNK = 1 << 20  # decompressed bytes per chunk at most (2 wait at most)
-#: Longest single wait for a pipe to become readable: a close() or a passed
-#: deadline is noticed within this many seconds.
-POLL_SLICE = 0.05
-
-#: The exceptions that interrupt a wait for a pipe; the stream stays usable.
-INTERRUPTS = (DeadlineExceededError, CancelledError)
-
-
-def zstd_module() -> ModuleType:
-    """The ``zstandard`` package, imported on first use.
-
-    Raises:
-        MissingExtraError: it is not installed (the message names the ``zstd``
-            extra; also an ``UnimplementedError``, as this raised before).
-    """
-    try:
-        import zstandard
-    except ImportError as exc:
-        raise MissingExtraError(
-            "ZSTD compression needs the zstandard package, which is not installed: "
-            'pip install "feedq[zstd]"',
-            name="zstandard",
-        ) from exc
-    return zstandard
-
 
 def normalize_compression(compression: str | int | None) -> str:
     """Map a compression name (``None``, ``""``, ``"GZIP"``, ``"ZLIB"``, ``"ZSTD"``)
@@ -117,375 +86,6 @@ def normalize_compression(compression: str | int | None) -> str:
 def path_of(work_unit: bytes | str) -> str:
     """The filesystem path of a work unit (bytes are decoded with ``os.fsdecode``)."""
     return os.fsdecode(work_unit)
-
-
-class Waiter:
-    """What bounds one reader's waits for a pipe: a deadline and ``cancel()``.
-
-    The reader sets ``deadline`` (a ``time.monotonic()`` value, or None for
-    no limit) at the start of each call, and calls :meth:`cancel` from
-    ``close()`` -- on any thread, without the reader's lock -- to wake a call
-    waiting for a pipe. Regular files never wait here.
-    """
-
-    def __init__(self) -> None:
-        self.deadline: float | None = None
-        self._cancelled = threading.Event()
-
-    def cancel(self) -> None:
-        """Make every wait raise ``CancelledError`` until :meth:`reset`."""
-        self._cancelled.set()
-
-    def reset(self) -> None:
-        """Undo :meth:`cancel` (the reader is usable again after ``close()``)."""
-        self._cancelled.clear()
-
-    def wait_readable(self, poll: Any, name: str) -> None:
-        """Wait until ``poll`` (a ``select.poll`` object or an fd) reports data or EOF.
-
-        Raises:
-            DeadlineExceededError: the deadline passed first.
-            CancelledError: :meth:`cancel` was called.
-        """
-        while True:
-            if self._cancelled.is_set():
-                raise CancelledError(f"{name}: the reader was closed while waiting for data")
-            wait = POLL_SLICE
-            deadline = self.deadline
-            if deadline is not None:
-                wait = min(wait, max(0.0, deadline - time.monotonic()))
-            if isinstance(poll, int):  # no select.poll on this platform
-                ready = bool(select.select([poll], [], [], wait)[0])
-            else:
-                ready = bool(poll.poll(math.ceil(wait * 1000)))
-            if ready:
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise DeadlineExceededError(
-                    f"{name}: no data within the timeout (a pipe with no writer?)"
-                )
-
-
-class _PollFile:
-    """A pipe or device opened non-blocking, read after ``poll`` says it is ready.
-
-    ``read(n)`` waits (bounded by the waiter) until some bytes are there,
-    then returns what is there without waiting again: 1..n bytes, ``b""``
-    at the end of the data (the last writer closed). An interrupted wait
-    raises what the waiter raises, having consumed nothing.
-    """
-
-    def __init__(self, raw: Any, name: str, waiter: Waiter) -> None:
-        self._raw = raw  # the file object that owns the descriptor
-        self._fd: int = raw.fileno()
-        self._name = name
-        self._waiter = waiter
-        self._poll: Any
-        if hasattr(select, "poll"):
-            self._poll = select.poll()
-            self._poll.register(self._fd, select.POLLIN | select.POLLPRI)
-        else:  # pragma: no cover - Windows has no FIFOs to open
-            self._poll = self._fd
-        self._eof = False  # the end was seen after bytes a read returned
-
-    def read(self, n: int) -> bytes:
-        if self._eof or n <= 0:
-            return b""
-        while True:
-            self._waiter.wait_readable(self._poll, self._name)
-            try:
-                first = os.read(self._fd, n)
-                break
-            except BlockingIOError:  # readable, then drained by someone else
-                continue
-        if not first or len(first) == n:
-            return first
-        # Take what else is there now (a fast writer refills the pipe's
-        # 64 KiB as we read), without waiting for more.
-        parts, got = [first], len(first)
-        while got < n:
-            try:
-                more = os.read(self._fd, n - got)
-            except BlockingIOError:
-                break
-            if not more:
-                self._eof = True
-                break
-            parts.append(more)
-            got += len(more)
-        return b"".join(parts)
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def close(self) -> None:
-        self._raw.close()
-
-
-class _Decoder(Protocol):
-    """Decompression of one file, produced in chunks of at most ``n`` bytes."""
-
-    name: str
-
-    def produce(self, n: int) -> bytes: ...
-
-
-class _Inflater:
-    """zlib decompression of one file, produced in chunks (GZIP members chained)."""
-
-    def __init__(self, name: str, raw: Any, compression: str) -> None:
-        self.name = name
-        self._raw = raw
-        self.compression = compression
-        self._wbits = 31 if compression == "GZIP" else 15  # TF's ZlibCompressionOptions
-        self._dec = zlib.decompressobj(self._wbits)
-        self._pending = b""  # compressed input not yet given to zlib
-        self._raw_offset = 0
-        self._done = False
-
-    def _read_raw(self) -> bytes:
-        try:
-            data: bytes = self._raw.read(_ZLIB_COMPRESSED_CHUNK)
-        except INTERRUPTS:  # a TimeoutError is an OSError too: not a read error
-            raise
-        except OSError as exc:  # EIO and friends: the module's promise (R14)
-            raise DataLossError(
-                f"{self.name}: read failed at compressed offset {self._raw_offset}: "
-                f"{exc.strerror or exc}"
-            ) from None
-        self._raw_offset += len(data)
-        return data
-
-    def produce(self, n: int) -> bytes:
-        """Up to ``n`` decompressed bytes; ``b""`` only at the end of the stream.
-
-        Raises:
-            DataLossError: corrupt, truncated or trailing data, or an OS read error.
-        """
-        while not self._done:
-            if self._dec.eof:
-                # Concatenated GZIP members (as `cat a.gz b.gz` makes) continue the stream.
-                rest = self._dec.unused_data + self._pending
-                self._pending = b""
-                if not rest:
-                    rest = self._read_raw()
-                if not rest:
-                    self._done = True
-                    break
-                if self.compression != "GZIP":
-                    raise DataLossError(
-                        f"{self.name}: trailing bytes after the {self.compression} stream "
-                        f"at compressed offset {self._raw_offset - len(rest)}"
-                    )
-                self._dec = zlib.decompressobj(self._wbits)
-                self._pending = rest
-                continue
-            if self._dec.unconsumed_tail:
-                src = self._dec.unconsumed_tail
-            else:
-                if not self._pending:
-                    self._pending = self._read_raw()
-                    if not self._pending:
-                        raise DataLossError(
-                            f"{self.name}: truncated {self.compression} stream at compressed "
-                            f"offset {self._raw_offset}"
-                        )
-                src, self._pending = self._pending, b""
-            try:
-                out = self._dec.decompress(src, n)
-            except zlib.error as exc:
-                raise DataLossError(
-                    f"{self.name}: inflate() failed with {exc} (is this a "
-                    f"{self.compression} file?)"
-                ) from None
-            if out:
-                return out
-        return b""
-
-
-_ZSTD_MAGIC = 0xFD2FB528
-_ZSTD_BLOCK_MAX = 128 * 1024  # the most one zstd block decompresses to (RFC 8878)
-_MAGIC, _SKIP_LEN, _FRAME_HEADER, _BLOCK = range(4)
-_HEADER_BYTES = {_MAGIC: 4, _SKIP_LEN: 4, _FRAME_HEADER: 1, _BLOCK: 3}
-
-
-class _ZstdWalker:
-    """Follows the frame and block headers of a zstd stream (RFC 8878) without decoding.
-
-    The decoder feeds zstd a few whole blocks at a time, so the output of one
-    call stays bounded (a block decompresses to at most 128 KiB, while a few
-    compressed bytes can expand to gigabytes), and asks whether the stream
-    ended between frames (else it was truncated).
-    """
-
-    def __init__(self) -> None:
-        self._state = _MAGIC  # the header to read next
-        self._head = b""  # its bytes collected so far
-        self._skip = 0  # bytes to pass over before it
-        self._end_block = False  # passing the skip ends a block
-        self._end_frame = False  # passing the skip ends a frame
-        self._checksum = False  # the current frame ends with a 4-byte checksum
-        self.bad: str | None = None  # why the bytes cannot be a zstd stream
-
-    @property
-    def at_frame_boundary(self) -> bool:
-        """True between frames (or before the first): a clean place for the data to end."""
-        return (
-            self._state == _MAGIC
-            and not self._head
-            and not self._skip
-            and not (self._end_block or self._end_frame)
-        )
-
-    def walk(self, data: bytes, max_blocks: int) -> tuple[int, bool]:
-        """Walk ``data`` up to ``max_blocks`` block ends, a frame end, or its end.
-
-        Returns:
-            ``(bytes walked, True when they end a frame)``; stops early with
-            ``bad`` set at bytes that cannot be a zstd stream.
-        """
-        i, n, blocks = 0, len(data), 0
-        while True:
-            if self._skip:
-                k = min(self._skip, n - i)
-                self._skip -= k
-                i += k
-                if self._skip:
-                    return i, False
-            if self._end_block or self._end_frame:
-                blocks += self._end_block
-                frame = self._end_frame
-                self._end_block = self._end_frame = False
-                if frame:
-                    return i, True
-                if blocks >= max_blocks:
-                    return i, False
-            if i >= n:
-                return i, False
-            size = _HEADER_BYTES[self._state]
-            take = data[i : i + size - len(self._head)]
-            self._head += take
-            i += len(take)
-            if len(self._head) < size:
-                return i, False
-            self._parse()
-            if self.bad is not None:
-                return i, False
-
-    def _parse(self) -> None:
-        # A whole header: what to pass over next, and which header follows.
-        head, state = self._head, self._state
-        self._head = b""
-        if state == _MAGIC:
-            magic = int.from_bytes(head, "little")
-            if magic == _ZSTD_MAGIC:
-                self._state = _FRAME_HEADER
-            elif magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame
-                self._state = _SKIP_LEN
-            else:
-                self.bad = f"unknown frame magic {magic:#010x} (is this a ZSTD file?)"
-        elif state == _SKIP_LEN:
-            self._skip = int.from_bytes(head, "little")
-            self._state, self._end_frame = _MAGIC, True
-        elif state == _FRAME_HEADER:
-            d = head[0]
-            if d & 0x08:
-                self.bad = "reserved bit set in a frame header"
-                return
-            single = (d >> 5) & 1
-            self._checksum = bool((d >> 2) & 1)
-            self._skip = (0 if single else 1) + (0, 1, 2, 4)[d & 3] + (single, 2, 4, 8)[d >> 6]
-            self._state = _BLOCK
-        else:
-            v = int.from_bytes(head, "little")
-            last, kind, size = v & 1, (v >> 1) & 3, v >> 3
-            if kind == 3:
-                self.bad = "reserved block type"
-                return
-            self._skip = (1 if kind == 1 else size) + (4 if last and self._checksum else 0)
-            self._state = _MAGIC if last else _BLOCK
-            self._end_block, self._end_frame = True, bool(last)
-
-
-class _ZstdInflater:
-    """ZSTD decompression of one file, produced in bounded chunks (frames chained).
-
-    zstd's ``decompressobj`` has no output limit, so compressed input is fed
-    a few blocks at a time (:class:`_ZstdWalker`): one step produces about
-    ``n`` bytes at most (whole blocks of at most 128 KiB each), whatever a
-    hostile file claims -- 32 KiB of RLE blocks would otherwise expand to
-    1 GiB in one call. Concatenated frames (as ``cat a.zst b.zst`` makes) continue
-    the stream; skippable frames are passed over; a stream that ends inside
-    a frame is truncated.
-    """
-
-    def __init__(self, name: str, raw: Any) -> None:
-        self.name = name
-        self.compression = "ZSTD"
-        self._zstd = zstd_module()
-        self._raw = raw
-        self._walker = _ZstdWalker()
-        self._dec: Any = None  # the decompressobj of the current frame
-        self._pending = b""  # compressed input not yet given to zstd
-        self._raw_offset = 0  # compressed bytes read
-        self._fed = 0  # compressed bytes given to zstd
-        self._out = b""  # decompressed bytes beyond what the last call asked for
-        self._done = False
-
-    def _read_raw(self) -> bytes:
-        try:
-            data: bytes = self._raw.read(_COMPRESSED_CHUNK)
-        except INTERRUPTS:  # a TimeoutError is an OSError too: not a read error
-            raise
-        except OSError as exc:
-            raise DataLossError(
-                f"{self.name}: read failed at compressed offset {self._raw_offset}: "
-                f"{exc.strerror or exc}"
-            ) from None
-        self._raw_offset += len(data)
-        return data
-
-    def _fail(self, why: object) -> DataLossError:
-        return DataLossError(
-            f"{self.name}: ZSTD decompression failed at compressed offset {self._fed}: {why}"
-        )
-
-    def produce(self, n: int) -> bytes:
-        """Up to ``n`` decompressed bytes; ``b""`` only at the end of the stream.
-
-        Raises:
-            DataLossError: corrupt or truncated data, or an OS read error.
-        """
-        out = self._out
-        while not out and not self._done:
-            if not self._pending:
-                self._pending = self._read_raw()
-                if not self._pending:
-                    if not self._walker.at_frame_boundary:
-                        raise DataLossError(
-                            f"{self.name}: truncated ZSTD stream at compressed offset "
-                            f"{self._raw_offset}"
-                        )
-                    self._done = True
-                    break
-            walker = self._walker
-            k, frame_end = walker.walk(self._pending, max(1, n // _ZSTD_BLOCK_MAX))
-            if walker.bad is not None:
-                raise self._fail(walker.bad)
-            src, self._pending = self._pending[:k], self._pending[k:]
-            if self._dec is None:
-                self._dec = self._zstd.ZstdDecompressor().decompressobj()
-            try:
-                out = self._dec.decompress(src)
-            except self._zstd.ZstdError as exc:
-                raise self._fail(exc) from None
-            self._fed += k
-            if frame_end:
-                if not self._dec.eof:  # the headers said the frame ended here
-                    raise self._fail("frame does not end where its blocks say")
-                self._dec = None
-        self._out = out[n:]
-        return out[:n] if len(out) > n else out
 
 
 class _Prefetcher:
@@ -788,12 +388,6 @@ def _close(raw: Any, prefetch: _Prefetcher | None) -> None:
     if prefetch is not None:
         prefetch.close()
     raw.close()
-
-
-def _open_nonblocking(path: str, flags: int) -> int:
-    # Opening a FIFO that has no writer yet must not block (it would ignore
-    # every timeout); regular files are unaffected by O_NONBLOCK.
-    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
 def open_stream(
