@@ -36,6 +36,7 @@ from feedq._defaults import resolve_timeout
 from feedq.errors import (
     CancelledError,
     DeadlineExceededError,
+    FailedPreconditionError,
     InvalidArgumentError,
     OutOfRangeError,
 )
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
     from feedq.coordinator import Coordinator
 
-__all__ = ["DeviceFeeder", "FeederStatistics", "ReplicaMode"]
+__all__ = ["DeviceFeeder", "FeederStatistics", "ReplicaMode", "resumable_source"]
 
 logger = logging.getLogger("feedq.devices")
 
@@ -66,6 +67,26 @@ _MODES = ("split", "round_robin", "broadcast")
 _OUTPUTS = ("numpy", "torch", "cupy")
 
 _ids = itertools.count(1)
+
+
+def resumable_source(source: Any, name: str) -> Any:
+    """``source`` if it saves and restores positions (``taken``,
+    ``state_dict(upto=)``, ``load_state_dict``: a feedq stage or process stage).
+
+    Raises:
+        FailedPreconditionError: a queue, or another source without them.
+    """
+    if hasattr(source, "dequeue_many") and hasattr(source, "dtypes"):
+        raise FailedPreconditionError(
+            f"{name}: the source is a queue, which holds no positions: save the state "
+            "of the pipeline stage that fills it (or feed from that stage)")
+    if not (callable(getattr(source, "state_dict", None))
+            and callable(getattr(source, "load_state_dict", None))
+            and hasattr(source, "taken")):
+        raise FailedPreconditionError(
+            f"{name}: the source ({type(source).__name__}) is not resumable: it needs "
+            "taken, state_dict(upto=) and load_state_dict (a feedq stage or process stage)")
+    return source
 
 
 class DeviceFeeder(_FeederThread):
@@ -136,6 +157,13 @@ class DeviceFeeder(_FeederThread):
     stop: the error the coordinator recorded (X3), or on a clean stop a
     ``CancelledError``, which ends iteration quietly (as iterating a pipeline
     stage does). The feeder does not restart after ``coord.clear_stop()``.
+
+    Resumption: with a resumable source (a feedq stage or a process stage:
+    ``taken``, ``state_dict(upto=)``, ``load_state_dict``), :meth:`state_dict`
+    is the source's state as of the batches the consumer received from the
+    feeder; batches prefetched (read, staged or being copied) count as not
+    delivered and come again after a restore. A queue knows no positions:
+    save the state of the stage that fills it instead.
     """
 
     def __init__(
@@ -197,6 +225,7 @@ class DeviceFeeder(_FeederThread):
         self._config = get_device_config() if config is None else config
         self._staging = staging
 
+        self._origin = source
         self._source = BatchSource(source, batch_size, allow_smaller_final_batch, self.name)
 
         # Contexts are thread-local: read them here, in the creating thread.
@@ -240,6 +269,9 @@ class DeviceFeeder(_FeederThread):
         self._waiting_consumers = 0  # guarded by self._mutex
         self._delivered = 0  # guarded by self._mutex
         self._rows = 0  # guarded by self._mutex
+        # The source's ``taken`` when the feeder thread started (resumable
+        # sources; state_dict counts from it); guarded by self._mutex.
+        self._base_taken: int | None = None
         # held by the one consumer inside get(); others wait for it with their timeout
         self._consumer_lock = threading.Lock()
         # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown.
@@ -305,10 +337,57 @@ class DeviceFeeder(_FeederThread):
             if self._state is not _State.CREATED:
                 return self
             self._state = _State.RUNNING
+            taken = getattr(self._origin, "taken", None)
+            self._base_taken = taken if isinstance(taken, int) else None
             self._thread = threading.Thread(target=self._run, name=f"feedq-feeder-{self.name}",
                                             daemon=True)
         self._thread.start()
         return self
+
+    def _resumable_source(self) -> Any:
+        return resumable_source(self._origin, self.name)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The source's state as of the batches the consumer received.
+
+        Batches read from the source but not returned by :meth:`get` yet
+        (prefetched, staged, being copied) count as not delivered: a feeder
+        restored from the state delivers them again. Call it between
+        batches, from the consumer's thread.
+
+        Raises:
+            FailedPreconditionError: the source is a queue, or an iterable
+                without ``taken`` / ``state_dict(upto=)`` / ``load_state_dict``.
+            CancelledError: the feeder was closed.
+            Exception: whatever the source's ``state_dict`` raises.
+        """
+        source = self._resumable_source()
+        with self._mutex:
+            if self._state is _State.CLOSED:
+                raise CancelledError(f"{self.name}: feeder is closed")
+            base, delivered = self._base_taken, self._delivered
+        if base is None:
+            return dict(source.state_dict())  # nothing read yet
+        return dict(source.state_dict(upto=base + delivered))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores the source from ``state`` (see :meth:`state_dict`),
+        before the feeder starts (before the first :meth:`get`).
+
+        Raises:
+            FailedPreconditionError: the feeder already started, or the
+                source is not resumable (see :meth:`state_dict`).
+            Exception: whatever the source's ``load_state_dict`` raises
+                (``InvalidArgumentError`` for a state of another pipeline).
+        """
+        source = self._resumable_source()
+        with self._mutex:
+            if self._state is not _State.CREATED:
+                raise FailedPreconditionError(
+                    f"{self.name}: load_state_dict must come before the feeder starts")
+        source.load_state_dict(state)
+        # Iterate the restored source from its new position.
+        self._source = BatchSource(source, None, False, self.name)
 
     def close(self, timeout: float = _JOIN_S) -> None:
         """Stops the feeder thread, drops buffered batches, joins the threads.

@@ -24,7 +24,8 @@ Layers: this package sits above ``feedq.input`` and ``feedq.pipeline`` (a
 worker builds its pipeline with them) and below ``feedq.distributed``.
 Modules: ``_shm`` (segments, names, the sweep of a dead run's segments),
 ``_layout`` (a batch's columnar layout in a slot), ``_worker`` (the worker
-process), ``_stage`` (the consumer side).
+process), ``_stage`` (the consumer side), ``_state`` (the consumer side of
+``state_dict`` / ``load_state_dict``).
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ from ..errors import (
 from ..pipeline import current_pipeline
 from . import _layout
 from ._shm import Segment, new_token, sweep, unlink
+from ._state import StateMixin, Take, new_records
 from ._worker import (
     EXTRA_SLOTS,
     HEADER,
@@ -265,6 +266,10 @@ class _Handle:
         self.slot_seg: dict[int, Segment] = {}
         self.received = 0
         self.produced = 0
+        # Per epoch (this one and the last): (batches delivered before a
+        # restore, batches received since), for state_dict.
+        self.counts: dict[int, tuple[int, int]] = {}
+        self.replies: dict[int, tuple[Any, ...]] = {}  # state requests answered
 
     def send(self, msg: tuple[Any, ...]) -> None:
         if not self.conn_open or self.exited:
@@ -304,7 +309,7 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-class ProcessStage:
+class ProcessStage(StateMixin):
     """Batches built by pipelines in worker processes, handed over in shared
     memory. Made by :func:`process_stage`; see there for the arguments.
 
@@ -322,6 +327,9 @@ class ProcessStage:
     Batch lifetime: numeric arrays are views of shared memory, valid as long
     as any of them (or anything made from them) is referenced; see
     :func:`process_stage`.
+
+    Resumption: :meth:`state_dict` between batches, :meth:`load_state_dict`
+    on a new stage before its first batch (see ``feedq.process._state``).
     """
 
     #: Pipeline statistics and stall reports (feedq._stats, feedq._stall).
@@ -341,6 +349,8 @@ class ProcessStage:
         prefetch: int | None = None,
         start_method: str | None = None,
         copy: bool = False,
+        resumable: bool | None = None,
+        state: dict[str, Any] | None = None,
     ) -> None:
         if not callable(build):
             raise TypeError(f"build must be a function build(worker_index, num_workers), got {build!r}")
@@ -399,9 +409,26 @@ class ProcessStage:
         self._bytes = 0
         self._wait = 0.0
         self._retained = 0
+        # Resumption (feedq.process._state): recent takes, state requests
+        # sent, and where the workers start (set by load_state_dict).
+        self._records: deque[Take] = new_records()
+        self._requests = 0
+        self._start_epoch = 0
+        self._resume: list[dict[str, Any]] | None = None
+        self._base_counts: dict[int, list[int]] = {}  # restored: batches delivered before
 
         pipe = current_pipeline()
         self._coord = None if pipe is None else pipe.coord
+        self._resumable = (pipe is not None and pipe.resumable) if resumable is None else bool(
+            resumable)
+        if pipe is not None and pipe.resumable:
+            # The pipeline's output: its state_dict is ours, and its state=...
+            # (if any) is ours to start from.
+            pending = pipe._add_resumable(self)
+            if pending is not None and state is None:
+                state = pending
+        if state is not None:
+            self._apply_state(state)
         sweep()  # segments of dead parents (a SIGKILLed run)
         self._start_workers()
         _live.add(self)
@@ -424,6 +451,9 @@ class ProcessStage:
                     build=self._build, index=i, num_workers=self._num, epochs=self._epochs,
                     seed=self._seed, parent_pid=self._parent_pid, token=self._token,
                     slots=self._slots, returns=returns, close_fds=close_fds,
+                    start_epoch=self._start_epoch,
+                    resume=None if self._resume is None else self._resume[i],
+                    resumable=self._resumable,
                 )
                 process = ctx.Process(target=worker_main, args=(config, child_conn),
                                       name=f"feedq-process-{i}", daemon=True)
@@ -431,12 +461,27 @@ class ProcessStage:
                     process.start()
                 finally:
                     child_conn.close()
-                self._handles.append(_Handle(i, process, parent_conn, returns,
-                                             self._slots or MAX_SLOTS))
+                h = _Handle(i, process, parent_conn, returns, self._slots or MAX_SLOTS)
+                for epoch, counts in self._base_counts.items():
+                    h.counts[epoch] = (counts[i], 0)
+                self._handles.append(h)
         except BaseException:
             self._closed = True
             self._shutdown()
             raise
+
+    def _restart_workers(self) -> None:
+        """Stop the workers (nothing was taken from them) and start new ones
+        from ``_start_epoch`` and ``_resume`` (load_state_dict)."""
+        self._shutdown(grace=_STOP_GRACE_SECS)
+        self._handles = []
+        self._token = new_token()
+        try:
+            self._start_workers()
+        except BaseException:
+            self._closed = True
+            raise
+        _live.add(self)
 
     def close(self) -> None:
         """Stop the workers and free the shared memory (idempotent).
@@ -602,6 +647,9 @@ class ProcessStage:
             return
         elif kind == "done":
             h.done = True
+            return
+        elif kind == "state":
+            h.replies[msg[1]] = msg
             return
         else:  # pragma: no cover - a protocol error
             raise DataLossError(f"process stage worker {h.index}: unexpected message {kind!r}")
@@ -830,6 +878,7 @@ class ProcessStage:
             )
         raw = np.frombuffer(seg.mm, np.uint8, count=nbytes, offset=HEADER)
         batch = _layout.unflatten(tree, _layout.read(raw, descs, copy=self._copy))
+        self._record(index, epoch)
         h.received += 1
         self._takes += 1
         self._bytes += nbytes
@@ -1011,6 +1060,8 @@ def process_stage(
     prefetch: int | None = None,
     start_method: str | None = None,
     copy: bool = False,
+    resumable: bool | None = None,
+    state: dict[str, Any] | None = None,
 ) -> ProcessStage:
     """Run ``build``'s pipeline in worker processes; take its batches here,
     through shared memory.
@@ -1069,6 +1120,29 @@ def process_stage(
             (default elsewhere), or ``"fork"`` (fast to start, but forks this
             process's threads' state: only when nothing else runs threads).
         copy: hand out private copies instead of shared-memory views.
+        resumable: build each worker's pipeline in a
+            ``feedq.Pipeline(resumable=True)``, so that
+            :meth:`ProcessStage.state_dict` saves each worker's position
+            (needed when ``build`` returns a feedq stage; a plain iterable is
+            replayed instead). ``None``: as the current pipeline
+            (``feedq.Pipeline(resumable=True)`` or ``state=``), whose
+            ``state_dict`` / ``load_state_dict`` are then this stage's, and
+            whose ``state=`` the workers start from.
+        state: a :meth:`ProcessStage.state_dict` to continue from: the
+            workers start restored (``load_state_dict`` after construction
+            restarts them instead: one more worker start).
+
+    Resumption: ``state = stage.state_dict()`` between batches saves the
+    epoch, the merge position and each worker's pipeline state as of the
+    batches this consumer took (batches in shared memory are not
+    delivered); a new stage built the same way continues with
+    ``stage.load_state_dict(state)`` before its first batch::
+
+        saved = torch.load("loader.pt") if resuming else None
+        stage = feedq.process_stage(build, 2, epochs=3, seed=7, resumable=True, state=saved)
+        for batch in stage:
+            ...
+            torch.save(stage.state_dict(), "loader.pt")
 
     Returns:
         A :class:`ProcessStage`; inside ``with feedq.Pipeline():`` the
@@ -1078,8 +1152,10 @@ def process_stage(
         TypeError: ``build`` is not callable or, for spawn/forkserver, not
             picklable.
         ValueError: a bad argument.
+        InvalidArgumentError: ``state`` is not a state of a stage like this one.
         UnimplementedError: no POSIX shared memory (Windows).
     """
     return ProcessStage(build, num_processes, order=order, epochs=epochs, seed=seed,
-                        prefetch=prefetch, start_method=start_method, copy=copy)
+                        prefetch=prefetch, start_method=start_method, copy=copy,
+                        resumable=resumable, state=state)
 

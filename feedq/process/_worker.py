@@ -18,10 +18,23 @@ Messages, worker -> parent (all small; payloads never travel in them):
 * ``("batch", epoch, slot, name, generation, nbytes, tree, descs)``, with
   ``tree`` and ``descs`` ``None`` when they are the previous batch's;
 * ``("end", epoch, count)``: the epoch's last batch was sent;
-* ``("done",)``: every epoch was sent; the worker exits;
+* ``("done",)``: every epoch was sent; the worker waits for ``stop``;
 * ``("error", epoch, pickled exception or None, type name, message, traceback)``.
 
-Parent -> worker: ``("epoch", n)``, ``("stop",)``.
+* ``("state", request, reply or None, error text or None)``: the answer to a
+  state request (sent by the control thread).
+
+Parent -> worker: ``("epoch", n)``, ``("stop",)``, ``("state", request,
+epoch, upto)``: this worker's pipeline state in ``epoch`` as if only its
+first ``upto`` batches of that epoch had been delivered (a position of
+``feedq._resumable``).
+
+Resumption: a worker started with a state (``WorkerConfig.start_epoch`` and
+``resume``) begins at that epoch; a ``build`` output with ``state_dict`` /
+``load_state_dict`` (a feedq stage) loads the state before its first take,
+a plain iterable replays its batches and skips the ones already delivered.
+A worker stays alive after its last epoch until the parent stops it, to
+answer state requests about batches the consumer has not taken yet.
 
 Slots come back without a message (a socket write per batch would wake the
 worker each time, and cost the consumer a system call): the parent writes
@@ -37,6 +50,7 @@ Messages are pickled with :func:`pickle.dumps` (``send_bytes``), not
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import signal
@@ -51,6 +65,8 @@ from typing import Any
 
 import numpy as np
 
+from .._resumable import Built, fresh_state, iterate_output
+from .._scope import closing_scope
 from .._workerinfo import WorkerInfo, set_worker_info
 from ..pipeline import Pipeline
 from . import _layout
@@ -131,6 +147,11 @@ class WorkerConfig:
     slots: int | None  # None: chosen from the first batch's size
     returns: SlotReturns
     close_fds: list[int] = field(default_factory=list)
+    start_epoch: int = 0
+    #: Build each epoch's pipeline as ``feedq.Pipeline(resumable=True)``.
+    resumable: bool = False
+    #: This worker's position in ``start_epoch`` (``feedq._resumable``), or None.
+    resume: dict[str, Any] | None = None
 
 
 class _Stopped(Exception):
@@ -180,6 +201,11 @@ class _Worker:
         self.serial = 0
         self.generation = 0
         self.last_layout: tuple[Any, Any] | None = None
+        # The control thread answers state requests while the main thread
+        # sends batches: one sender at a time.
+        self.send_lock = threading.Lock()
+        # The last two epochs' build outputs, by epoch; guarded by self.lock.
+        self.built: dict[int, Built] = {}
 
     # -- control thread ---------------------------------------------------------
 
@@ -207,8 +233,32 @@ class _Worker:
                     if self.pipe is not None:
                         self.pipe.stop()
                 self.changed.notify_all()
+            if kind == "state":
+                self.answer_state(msg[1], msg[2], msg[3])
             # After a stop, keep watching: should the parent die before this
             # worker has finished stopping, nobody else would end it.
+
+    def answer_state(self, request: int, epoch: int, upto: int) -> None:
+        """Control thread: this worker's position in ``epoch`` once its first
+        ``upto`` batches of that epoch are delivered (``feedq._resumable``)."""
+        with self.lock:
+            built = self.built.get(epoch)
+        try:
+            if built is not None:
+                reply = built.state(upto)
+            elif upto != 0:
+                raise RuntimeError(f"no pipeline of epoch {epoch} to ask for batch {upto}")
+            elif epoch == self.cfg.start_epoch and self.cfg.resume is not None:
+                reply = self.cfg.resume  # restored, not built yet
+            else:
+                reply = fresh_state()
+        except Exception as exc:  # noqa: BLE001 - handed to the parent
+            text = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(_Stopped):
+                self.send(("state", request, None, text))
+            return
+        with contextlib.suppress(_Stopped):
+            self.send(("state", request, reply, None))
 
     def parent_gone(self) -> None:
         """The parent died: remove our segments' names and leave at once
@@ -223,8 +273,10 @@ class _Worker:
     # -- main thread ------------------------------------------------------------
 
     def send(self, msg: tuple[Any, ...]) -> None:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+            with self.send_lock:
+                self.conn.send_bytes(data)
         except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
             raise _Stopped() from exc
 
@@ -290,20 +342,35 @@ class _Worker:
         set_worker_info(WorkerInfo(cfg.index, cfg.num_workers, epoch, cfg.seed, "process"),
                         process_wide=True)
         count = 0
-        with Pipeline() as pipe:
-            with self.lock:
-                self.pipe = pipe
+        pipe = Pipeline(resumable=cfg.resumable)
+        with self.lock:
+            self.pipe = pipe
+        try:
+            if self.stop.is_set():
+                raise _Stopped()
+            # Built current but not started: a restored stage loads its state
+            # before its runners run; then `with pipe` starts them, and on
+            # exit stops, joins and closes what registered during the build.
             try:
-                if self.stop.is_set():
-                    raise _Stopped()
-                out = cfg.build(cfg.index, cfg.num_workers)
-                try:
-                    it = iter(out)
-                except TypeError:
-                    raise TypeError(
-                        f"build({cfg.index}, {cfg.num_workers}) returned {type(out).__name__}: "
-                        "it must return a batch stage or an iterable of batches"
-                    ) from None
+                with closing_scope() as owned, pipe.as_default():
+                    out = cfg.build(cfg.index, cfg.num_workers)
+                for obj in owned:
+                    pipe.closing(obj)
+                resume = cfg.resume if epoch == cfg.start_epoch else None
+                built = Built.prepare(out, resume,
+                                      f"process stage worker {cfg.index}, epoch {epoch}")
+            except BaseException:
+                pipe.stop()
+                with contextlib.suppress(Exception):
+                    pipe.join()
+                raise
+            with pipe:
+                it = built.iterate(functools.partial(
+                    iterate_output, index=cfg.index, num_workers=cfg.num_workers))
+                with self.lock:  # state requests about this epoch go to it now
+                    self.built[epoch] = built
+                    for old in [e for e in self.built if e < epoch - 1]:
+                        del self.built[old]
                 for batch in it:
                     if self.stop.is_set():
                         raise _Stopped()
@@ -311,22 +378,26 @@ class _Worker:
                     count += 1
                 if self.stop.is_set():
                     raise _Stopped()  # a stop ended the pipeline's iteration early
-            finally:
-                with self.lock:
-                    self.pipe = None
+        finally:
+            with self.lock:
+                self.pipe = None
         return count
 
     def run(self) -> None:
         self.send(("hello", self.pid))
-        epoch = 0
+        epoch = self.cfg.start_epoch
         try:
             while self.cfg.epochs is None or epoch < self.cfg.epochs:
-                if epoch > 0:
+                if epoch > self.cfg.start_epoch:
                     self.wait_epoch(epoch)
                 count = self.run_epoch(epoch)
                 self.send(("end", epoch, count))
                 epoch += 1
             self.send(("done",))
+            # Stay until stopped: the consumer may still ask for the state
+            # of batches it has not taken yet (the control thread answers).
+            self.stop.wait()
+            self.cleanup()
         except _Stopped:
             self.cleanup()
         except BaseException as exc:  # noqa: BLE001 - handed to the parent
