@@ -84,7 +84,7 @@ def run_bench(
     max_records: int | None = None,
     on_error: OnError = "raise",
     consume: Callable[[Any], None] | None = None,
-    progress: Callable[[BenchResult], None] | None = None,
+    progress: Callable[[BenchResult, list[Any]], None] | None = None,
     progress_every: float = 0.25,
     seed: int = 0,
     device: str | None = None,
@@ -93,7 +93,9 @@ def run_bench(
 ) -> BenchResult:
     """Run the pipeline until the data, ``duration`` or ``max_records`` ends.
 
-    ``consume(batch)`` is called on every batch (the demo trains there).
+    ``consume(batch)`` is called on every batch (the demo trains there);
+    ``progress(result, queues)`` every ``progress_every`` seconds, with the
+    running figures and the queues' statistics (filenames, batches).
     Readers take ``block_records`` records per ``read_block`` (default
     ``max(batch_size, 4096)``): decoding a block is one call, and the batch
     queue re-slices blocks into batches (``enqueue_many``), so the per-record
@@ -179,7 +181,7 @@ def run_bench(
                     if progress is not None and now - last_progress >= progress_every:
                         last_progress = now
                         _finish(result, tally, now, reader_objs, decode)
-                        progress(result)
+                        progress(result, [fs, qs])
             finally:
                 # Stop the clock before teardown; stop the pipeline first so a
                 # feeder blocked on the stage wakes, then close the feeder.

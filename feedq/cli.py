@@ -222,15 +222,23 @@ def _print_table(result: Any, title: str) -> None:
         click.echo(f"  {k.ljust(width)}  {v}")
 
 
-def _progress_printer(enabled: bool) -> Callable[[Any], None] | None:
+def _progress_printer(enabled: bool) -> Any:
+    """Live figures and queue fill bars on stderr (see ``feedq._progress``), or None."""
     if not enabled:
         return None
+    from ._progress import LiveProgress
 
-    def show(r: Any) -> None:
-        click.echo(f"\r  {r.records:>12,} records  {r.records_per_s:>12,.0f} rec/s  {r.mb_per_s:>8,.1f} MB/s  "
-                   f"queue {100 * r.batch_queue_fill_mean:3.0f}% full  {r.seconds:6.1f} s", nl=False, err=True)
+    return LiveProgress()
 
-    return show
+
+_COMPARE_HELP = (
+    "Also read the same files, in this run, through tf.data (TFRecordDataset / TextLineDataset / "
+    "FixedLengthRecordDataset with --readers parallel reads, .batch, .map of parse_example / decode_csv / "
+    "decode_raw with the inferred schema, .prefetch) and torch DataLoader with 0 and 2 workers (an "
+    "IterableDataset reading and decoding each record in Python: protobuf Example parse, typed CSV "
+    "fields, np.frombuffer; a collate_fn stacking the schema's dtypes); the runs alternate. Prints "
+    "records/s, MB/s, CPU seconds and feedq's speed-up over each; a loader that is not installed "
+    "says so.")
 
 
 @main.command(context_settings=CONTEXT, epilog="""\b
@@ -238,6 +246,7 @@ Examples:
   feedq bench data/                              # every file in data/
   feedq bench data/*.csv --batch-size 1024 --readers 4 --records 1000000
   feedq bench data/ --shuffle --epochs 3 --on-error skip --json
+  feedq bench data/ --compare --repeats 5        # beside tf.data and torch DataLoader
 """)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
@@ -272,11 +281,17 @@ Examples:
               help="One reader in the main thread, no queues or threads: the reader+decoder limit, "
                    "as benchmarks/readers.py measures it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
+@click.option("--progress/--no-progress", default=None,
+              help="Live figures and queue fill bars on stderr (default: when stderr is a terminal; "
+                   "plain lines every 2 s when it is not).")
+@click.option("--compare", is_flag=True, help=_COMPARE_HELP)
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="With --compare: rounds, each loader once per round; medians are reported.")
 def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
           threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
           duration: float | None, max_records: int | None, record_bytes: int, sample: int, on_error: str,
-          block_records: int | None, direct: bool, as_json: bool, progress: bool | None) -> None:
+          block_records: int | None, direct: bool, as_json: bool, progress: bool | None, compare: bool,
+          repeats: int) -> None:
     """Measure reading PATHS (files or folders) into decoded batches.
 
     MB/s counts the payload of the records delivered (line, record or row
@@ -292,20 +307,66 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
         policy = cast(OnError, on_error)
         schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
         _check_device(device)
+        if compare and (shuffle or device):
+            raise click.UsageError("--compare reads the files in order, on the host: drop "
+                                   f"{'--shuffle' if shuffle else '--device'}")
         show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
-        result = run_bench(files, schema, batch_size=batch_size, readers=readers, threads=threads,
-                           shuffle=shuffle, min_after_dequeue=min_after_dequeue, epochs=epochs,
-                           duration=duration, max_records=max_records, on_error=policy,
-                           progress=show, device=device, block_records=block_records, direct=direct)
-        if show is not None:
-            click.echo("", err=True)
+        run = functools.partial(run_bench, files, schema, batch_size=batch_size, readers=readers,
+                                threads=threads, shuffle=shuffle, min_after_dequeue=min_after_dequeue,
+                                epochs=epochs, duration=duration, max_records=max_records, on_error=policy,
+                                device=device, block_records=block_records, direct=direct)
+        rows: list[Any] = []
+        if compare:
+            result, rows = _compare_runs(run, files, schema, readers=readers, batch_size=batch_size,
+                                         epochs=epochs, duration=duration, max_records=max_records,
+                                         repeats=repeats, show=show)
+        else:
+            result = run(progress=show)
+            if show is not None:
+                show.finish()
+        out = result.as_dict()
+        if compare:
+            out["compare"] = [r.as_dict() for r in rows]
         if as_json:
-            click.echo(json.dumps(result.as_dict(), indent=2))
+            click.echo(json.dumps(out, indent=2))
         else:
             _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
+            if compare:
+                from ._compare import render, what_they_do
+
+                click.echo("")
+                for line in render(rows, repeats, what_they_do(schema, batch_size, readers)):
+                    click.echo(line)
         return 130 if result.stopped_by == "interrupted" else 0
 
     guard(body, reads_data=True)
+
+
+def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, readers: int, batch_size: int,
+                  epochs: int, duration: float | None, max_records: int | None, repeats: int,
+                  show: Any) -> tuple[Any, list[Any]]:
+    """feedq's run beside tf.data and DataLoader, alternating; feedq's median
+    run (by records/s) and the comparison rows."""
+    from ._compare import Limits, Measure, System, compare, competitors, cpu_seconds
+
+    results: list[Any] = []
+
+    def feedq_run(limits: Limits) -> Measure:
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        r = run(duration=limits.duration, max_records=limits.max_records)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        results.append(r)
+        if r.stopped_by == "interrupted":
+            raise KeyboardInterrupt
+        return Measure(r.records, r.payload_bytes, wall, cpu)
+
+    what = f"this pipeline ({readers} reader{'s' if readers != 1 else ''}, batches of {batch_size})"
+    systems = [System("feedq", what, feedq_run), *competitors(files, schema, batch_size=batch_size,
+                                                                readers=readers)]
+    limits = Limits(batch_size, epochs, duration, max_records, readers)
+    rows = compare(systems, limits, repeats, progress=None if show is None else show.message)
+    measured = sorted(results[1:], key=lambda r: r.records_per_s)  # results[0]: the warm-up
+    return measured[len(measured) // 2], rows
 
 
 def _expand(paths: list[str]) -> list[str]:
@@ -387,7 +448,7 @@ def _demo(root: Path, duration: float, records: int, batch_size: int, progress: 
                            min_after_dequeue=2000, epochs=None, duration=per,
                            consume=functools.partial(model.step, fmt), progress=show, device="cpu")
         if show is not None:
-            click.echo("", err=True)
+            show.finish()
         result.extra["model loss (last)"] = f"{model.last_loss:.4f}"
         result.extra["train steps"] = f"{model.steps_by.get(fmt, 0):,}"
         _print_table(result, f"\n{fmt}: string_input_producer -> 2 readers -> shuffle_batch({batch_size}) "
