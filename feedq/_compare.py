@@ -87,6 +87,7 @@ class CompareRow:
     status: str
     runs: int = 0
     records: int = 0
+    payload_bytes: int = 0
     seconds: float = 0.0
     records_per_s: float = 0.0
     mb_per_s: float = 0.0
@@ -99,9 +100,18 @@ class CompareRow:
 
 
 def cpu_seconds() -> float:
-    """User + system CPU time of this process and its reaped children."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    """User + system CPU time of this process and its reaped children
+    (``getrusage``: microseconds; ``os.times`` where there is none)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
 
 
 def compare(systems: list[System], limits: Limits, repeats: int,
@@ -109,7 +119,8 @@ def compare(systems: list[System], limits: Limits, repeats: int,
     """Warm each available system up, then run them in turn ``repeats``
     times; the rows (medians), the first system being the reference."""
     live = [s for s in systems if s.run is not None]
-    warm = Limits(limits.batch_size, 1, limits.duration, WARMUP_BATCHES * limits.batch_size, limits.readers)
+    warm = Limits(limits.batch_size, 1, limits.duration, WARMUP_BATCHES * limits.batch_size,
+                  limits.readers)
     for s in live:
         if progress is not None:
             progress(f"warm-up: {s.name}")
@@ -138,9 +149,11 @@ def _row(s: System) -> CompareRow:
     mbs = [m.payload_bytes / 1e6 / max(m.seconds, 1e-9) for m in s.measures]
     return CompareRow(s.name, s.what, "ok", runs=len(s.measures),
                       records=int(statistics.median(m.records for m in s.measures)),
+                      payload_bytes=int(statistics.median(m.payload_bytes for m in s.measures)),
                       seconds=statistics.median(m.seconds for m in s.measures),
                       records_per_s=statistics.median(rates), mb_per_s=statistics.median(mbs),
-                      cpu_s=statistics.median(m.cpu_s for m in s.measures), records_per_s_runs=rates)
+                      cpu_s=statistics.median(m.cpu_s for m in s.measures),
+                      records_per_s_runs=rates)
 
 
 def timed(batches: Callable[[], Iterator[tuple[int, int]]], limits: Limits) -> Measure:
@@ -186,7 +199,8 @@ def what_they_do(schema: Schema, batch_size: int, readers: int) -> dict[str, str
         "tf.data": f"{tf_src}(num_parallel_reads={readers}).batch({batch_size})"
                    f".map({_tf_parse_name(schema)}, AUTOTUNE).prefetch(AUTOTUNE), as NumPy",
         "DataLoader": f"IterableDataset reading records in Python, each {_py_parse_name(schema)}; "
-                      f"DataLoader(batch_size={batch_size}, collate_fn: stack with the schema's dtypes)",
+                      f"DataLoader(batch_size={batch_size}, "
+                      "collate_fn: stack with the schema's dtypes)",
     }
 
 
@@ -247,7 +261,7 @@ def _tf_system(files: list[str], schema: Schema, what: str) -> System:
         return System(name, what, None, "not installed (pip install tensorflow)")
     cache: dict[Any, Any] = {}
     return System(name, what,
-                  lambda limits: timed(lambda: _tf_batches(tf, files, schema, limits, cache), limits))
+                  lambda lim: timed(lambda: _tf_batches(tf, files, schema, lim, cache), lim))
 
 
 def _tf_dtype(tf: Any, dtype: Any) -> Any:
@@ -274,7 +288,8 @@ def _tf_dataset(tf: Any, files: list[str], schema: Schema, batch_size: int, read
     if fmt == "tfrecord":
         ds = tf.data.TFRecordDataset(files, compression_type=comp, num_parallel_reads=readers)
     elif fmt == "fixed":
-        ds = tf.data.FixedLengthRecordDataset(files, schema.record_bytes or 132, compression_type=comp,
+        ds = tf.data.FixedLengthRecordDataset(files, schema.record_bytes or 132,
+                                              compression_type=comp,
                                               num_parallel_reads=readers)
     else:  # csv, lines
         skip = schema.skip_header_lines
@@ -286,12 +301,14 @@ def _tf_dataset(tf: Any, files: list[str], schema: Schema, batch_size: int, read
     def both(values: Any) -> Any:
         return tuple(parse(values)), tf.reduce_sum(tf.strings.length(values, unit="BYTE"))
 
-    return ds.batch(batch_size).map(both, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    auto = tf.data.AUTOTUNE
+    return ds.batch(batch_size).map(both, num_parallel_calls=auto).prefetch(auto)
 
 
 def _tf_parse(tf: Any, schema: Schema) -> Callable[[Any], list[Any]]:
     if schema.fmt == "csv":
-        defaults = [tf.constant([""] if d is str else [0], dtype=_tf_dtype(tf, d)) for d in schema.dtypes]
+        defaults = [tf.constant([""] if d is str else [0], dtype=_tf_dtype(tf, d))
+                    for d in schema.dtypes]
         return lambda v: list(tf.io.decode_csv(v, defaults))
     if schema.fmt == "fixed":
         return lambda v: [tf.io.decode_raw(v, tf.uint8)]
@@ -329,15 +346,18 @@ def _torch_system(files: list[str], schema: Schema, workers: int, what: str) -> 
         try:
             import zstandard  # noqa: F401
         except ImportError:
-            return System(name, what, None, "not installed: zstandard (pip install \"feedq[zstd]\")")
+            return System(name, what, None,
+                          'not installed: zstandard (pip install "feedq[zstd]")')
     return System(name, what,
-                  lambda limits: timed(lambda: _torch_batches(files, schema, workers, limits), limits))
+                  lambda lim: timed(lambda: _torch_batches(files, schema, workers, lim), lim))
 
 
-def _torch_batches(files: list[str], schema: Schema, workers: int, limits: Limits) -> Iterator[tuple[int, int]]:
+def _torch_batches(files: list[str], schema: Schema, workers: int,
+                   limits: Limits) -> Iterator[tuple[int, int]]:
     import torch.utils.data
 
-    loader = torch.utils.data.DataLoader(_torch_dataset_class()(files, schema), batch_size=limits.batch_size,
+    dataset = _torch_dataset_class()(files, schema)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=limits.batch_size,
                                          num_workers=workers, collate_fn=Collate(schema))
     it = iter(loader)
     try:
@@ -382,7 +402,8 @@ def _torch_dataset_class() -> type:
     if not _DATASET_CLASS:
         import torch.utils.data
 
-        cls = type("TorchRecords", (Records, torch.utils.data.IterableDataset), {"__module__": __name__})
+        bases = (Records, torch.utils.data.IterableDataset)
+        cls = type("TorchRecords", bases, {"__module__": __name__})
         _DATASET_CLASS.append(cls)
     return _DATASET_CLASS[0]
 
@@ -498,7 +519,8 @@ def _py_decoder(schema: Schema) -> Callable[[bytes], tuple[Any, ...]]:
         from .readers import VarLenFeature, example_class
 
         cls = example_class()
-        specs = [(n, schema.features[n], isinstance(schema.features[n], VarLenFeature)) for n in schema.names]
+        specs = [(n, schema.features[n], isinstance(schema.features[n], VarLenFeature))
+                 for n in schema.names]
 
         def example(rec: bytes) -> tuple[Any, ...]:
             msg = cls()
@@ -528,10 +550,12 @@ def _py_decoder(schema: Schema) -> Callable[[bytes], tuple[Any, ...]]:
 
 def render(rows: list[CompareRow], repeats: int, notes: dict[str, str]) -> list[str]:
     """The comparison as text lines: one row per loader, then what each does."""
-    out = [f"compared on the same files in this run ({repeats} round{'s' if repeats != 1 else ''}, loaders "
-           "alternating, medians; wall time includes start-up and shut-down; CPU s: process + workers):"]
+    rounds = f"{repeats} round{'s' if repeats != 1 else ''}"
+    out = [f"compared on the same files in this run ({rounds}, loaders alternating, medians; wall "
+           "time includes start-up and shut-down; CPU s: process + workers):"]
     width = max(len(r.system) for r in rows)
-    out.append(f"  {'loader'.ljust(width)}  {'records/s':>12}  {'MB/s':>8}  {'CPU s':>7}  {'feedq x':>8}")
+    out.append(f"  {'loader'.ljust(width)}  {'records/s':>12}  {'MB/s':>8}  {'CPU s':>7}  "
+               f"{'feedq x':>8}")
     for r in rows:
         if not r.runs:
             out.append(f"  {r.system.ljust(width)}  {r.status}")

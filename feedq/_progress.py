@@ -41,7 +41,8 @@ class LiveProgress:
         every: seconds between plain lines when not drawing in place.
     """
 
-    def __init__(self, stream: TextIO | None = None, tty: bool | None = None, every: float = 2.0) -> None:
+    def __init__(self, stream: TextIO | None = None, tty: bool | None = None,
+                 every: float = 2.0) -> None:
         self.stream = stream if stream is not None else sys.stderr
         if tty is None:
             isatty = getattr(self.stream, "isatty", None)
@@ -49,7 +50,7 @@ class LiveProgress:
         self.tty = tty
         self.every = every
         self._drawn = 0  # lines of the last drawing (tty)
-        self._last_line = 0.0  # when the last plain line was written
+        self._last_line: float | None = None  # when the last plain line was written
         self.title = ""
 
     def __call__(self, result: Any, queues: Sequence[Any]) -> None:
@@ -57,12 +58,12 @@ class LiveProgress:
                 f"{result.mb_per_s:>8,.1f} MB/s  {result.seconds:6.1f} s")
         if self.tty:
             width = max([len(str(q.name)) for q in queues] + [5])
-            lines = [head] + [f"  {str(q.name).ljust(width)}  {bar(_fill(q))} {100 * _fill(q):3.0f}%  "
-                              f"{q.size:,}/{q.capacity:,}" for q in queues]
+            lines = [head] + [f"  {str(q.name).ljust(width)}  {bar(_fill(q))} "
+                              f"{100 * _fill(q):3.0f}%  {q.size:,}/{q.capacity:,}" for q in queues]
             self._draw(lines)
             return
         now = time.monotonic()
-        if now - self._last_line < self.every:
+        if self._last_line is not None and now - self._last_line < self.every:
             return
         self._last_line = now
         fills = ", ".join(f"{q.name} {100 * _fill(q):.0f}%" for q in queues)

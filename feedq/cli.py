@@ -233,8 +233,9 @@ def _progress_printer(enabled: bool) -> Any:
 
 _COMPARE_HELP = (
     "Also read the same files, in this run, through tf.data (TFRecordDataset / TextLineDataset / "
-    "FixedLengthRecordDataset with --readers parallel reads, .batch, .map of parse_example / decode_csv / "
-    "decode_raw with the inferred schema, .prefetch) and torch DataLoader with 0 and 2 workers (an "
+    "FixedLengthRecordDataset with --readers parallel reads, .batch, .map of parse_example / "
+    "decode_csv / decode_raw with the inferred schema, .prefetch) and torch DataLoader with 0 and 2 "
+    "workers (an "
     "IterableDataset reading and decoding each record in Python: protobuf Example parse, typed CSV "
     "fields, np.frombuffer; a collate_fn stacking the schema's dtypes); the runs alternate. Prints "
     "records/s, MB/s, CPU seconds and feedq's speed-up over each; a loader that is not installed "
@@ -290,8 +291,8 @@ Examples:
 def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
           threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
           duration: float | None, max_records: int | None, record_bytes: int, sample: int, on_error: str,
-          block_records: int | None, direct: bool, as_json: bool, progress: bool | None, compare: bool,
-          repeats: int) -> None:
+          block_records: int | None, direct: bool, as_json: bool, progress: bool | None,
+          compare: bool, repeats: int) -> None:
     """Measure reading PATHS (files or folders) into decoded batches.
 
     MB/s counts the payload of the records delivered (line, record or row
@@ -312,8 +313,9 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
                                    f"{'--shuffle' if shuffle else '--device'}")
         show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
         run = functools.partial(run_bench, files, schema, batch_size=batch_size, readers=readers,
-                                threads=threads, shuffle=shuffle, min_after_dequeue=min_after_dequeue,
-                                epochs=epochs, duration=duration, max_records=max_records, on_error=policy,
+                                threads=threads, shuffle=shuffle,
+                                min_after_dequeue=min_after_dequeue, epochs=epochs,
+                                duration=duration, max_records=max_records, on_error=policy,
                                 device=device, block_records=block_records, direct=direct)
         rows: list[Any] = []
         if compare:
@@ -342,9 +344,9 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
     guard(body, reads_data=True)
 
 
-def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, readers: int, batch_size: int,
-                  epochs: int, duration: float | None, max_records: int | None, repeats: int,
-                  show: Any) -> tuple[Any, list[Any]]:
+def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, readers: int,
+                  batch_size: int, epochs: int, duration: float | None, max_records: int | None,
+                  repeats: int, show: Any) -> tuple[Any, list[Any]]:
     """feedq's run beside tf.data and DataLoader, alternating; feedq's median
     run (by records/s) and the comparison rows."""
     from ._compare import Limits, Measure, System, compare, competitors, cpu_seconds

@@ -1,0 +1,126 @@
+"""``feedq bench --compare`` (issue 15): the same files through tf.data and
+torch DataLoader, in the same run, each delivering every record with the same
+payload; a loader that is not installed is a row saying so, not an error.
+
+In-process (click's CliRunner): TensorFlow and torch are imported once for
+the module, which keeps these tests to seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from feedq._datasets import make_dataset
+from feedq.cli import main
+
+pytestmark = pytest.mark.timeout(120)
+
+LOADERS = ["feedq", "tf.data", "DataLoader, 0 workers", "DataLoader, 2 workers"]
+
+
+def bench(*args: str) -> Result:
+    return CliRunner().invoke(main, ["bench", *args], catch_exceptions=False)
+
+
+def bench_json(*args: str) -> dict[str, Any]:
+    res = bench(*args, "--json", "--no-progress")
+    assert res.exit_code == 0, res.output
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("compare")
+    make_dataset(root / "tfrecord", "tfrecord", 600, files=2, layout="realistic")
+    make_dataset(root / "csv", "csv", 600, files=2, layout="realistic")
+    make_dataset(root / "fixed", "fixed", 600, files=2)
+    make_dataset(root / "tfgz", "tfrecord", 300, files=2, compression="GZIP")
+    return root
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "csv", "fixed", "tfgz"])
+def test_every_loader_delivers_every_record_with_the_same_payload(data: Path, fmt: str) -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("torch")
+    out = bench_json(str(data / fmt), "--compare", "--repeats", "1", "--batch-size", "64")
+    rows = out["compare"]
+    assert [r["system"] for r in rows] == LOADERS
+    n = 300 if fmt == "tfgz" else 600
+    assert out["records"] == n
+    for r in rows:
+        assert r["status"] == "ok" and r["runs"] == 1, r
+        assert r["records"] == n, r
+        # The same records decoded: the same payload bytes as feedq counts.
+        assert r["payload_bytes"] == out["payload_bytes"] > 0, r
+        assert r["records_per_s"] > 0 and r["mb_per_s"] > 0 and r["cpu_s"] > 0, r
+        assert r["ratio"] == pytest.approx(rows[0]["records_per_s"] / r["records_per_s"])
+    assert rows[0]["ratio"] == 1.0
+
+
+def test_limits_and_repeats_apply_to_every_loader(data: Path) -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("torch")
+    out = bench_json(str(data / "tfrecord"), "--compare", "--repeats", "2", "--batch-size", "50",
+                     "--records", "200")
+    for r in out["compare"]:
+        # Each stops at the end of the batch that reaches 200 records.
+        assert r["runs"] == 2 and len(r["records_per_s_runs"]) == 2, r
+        assert r["records"] == 200, r
+    assert out["stopped_by"] == "records" and out["records"] == 200
+
+
+def test_text_output_has_a_row_per_loader_and_says_what_each_does(data: Path) -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("torch")
+    res = bench(str(data / "csv"), "--compare", "--repeats", "1", "--no-progress")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("compared on the same files"))
+    header = lines[start + 1].split()
+    assert header == ["loader", "records/s", "MB/s", "CPU", "s", "feedq", "x"]
+    for i, name in enumerate(LOADERS):
+        row = lines[start + 2 + i]
+        assert row.strip().startswith(name) and row.rstrip().endswith("x"), row
+    assert any(x.strip().startswith("tf.data: TextLineDataset(") and "decode_csv" in x
+               for x in lines)
+    assert any(x.strip().startswith("DataLoader: IterableDataset") for x in lines)
+
+
+def test_a_loader_not_installed_is_a_row_saying_so(data: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import feedq._compare as compare
+
+    monkeypatch.setattr(compare, "import_tensorflow", lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch...` raises ImportError
+    out = bench_json(str(data / "fixed"), "--compare", "--repeats", "1")
+    rows = {r["system"]: r for r in out["compare"]}
+    assert list(rows) == LOADERS
+    assert rows["feedq"]["status"] == "ok" and rows["feedq"]["records"] == 600
+    assert rows["tf.data"]["status"] == "not installed (pip install tensorflow)"
+    for name in LOADERS[2:]:
+        assert rows[name]["status"] == "not installed (pip install torch)"
+        assert rows[name]["runs"] == 0 and rows[name]["ratio"] is None
+    res = bench(str(data / "fixed"), "--compare", "--repeats", "1", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert "tf.data                not installed (pip install tensorflow)" in res.stdout
+
+
+def test_compare_refuses_shuffle_and_devices(data: Path) -> None:
+    res = CliRunner().invoke(main, ["bench", str(data / "fixed"), "--compare", "--shuffle"])
+    assert res.exit_code == 2 and "--compare reads the files in order" in res.output
+
+
+def test_help_says_what_each_loader_does() -> None:
+    res = CliRunner().invoke(main, ["bench", "--help"], terminal_width=100)
+    text = " ".join(res.stdout.split())
+    for words in ("TFRecordDataset", "TextLineDataset", "FixedLengthRecordDataset", "decode_csv",
+                  "parse_example", "decode_raw", "DataLoader with 0 and 2 workers",
+                  "IterableDataset", "--repeats"):
+        assert words in text, words
