@@ -35,11 +35,25 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
+from . import _stall
+from ._prometheus import prometheus_collector
 from ._scope import closing_scope
+from ._stats import (
+    Bottleneck,
+    ConsumerTiming,
+    PipelineStatistics,
+    QueueTiming,
+    StageTiming,
+    collect,
+    format_report,
+)
+from ._waits import current_account
 from .coordinator import Coordinator
 from .errors import CancelledError
 from .queues import QueueBase
@@ -48,13 +62,30 @@ from .runners import QueueRunner, add_queue_runner, runner_events
 # current_dependencies, gate_ops and register_runner are for feedq.input (the
 # producers and batchers register their runners through them).
 __all__ = [
+    "Bottleneck",
+    "ConsumerTiming",
     "Pipeline",
+    "PipelineStatistics",
+    "QueueTiming",
+    "StageTiming",
     "control_dependencies",
     "current_dependencies",
     "current_pipeline",
+    "format_report",
     "gate_ops",
+    "get_stall_timeout",
+    "prometheus_collector",
     "register_runner",
+    "set_stall_timeout",
 ]
+
+# The statistics classes live in feedq._stats; they are public here.
+for _cls in (Bottleneck, ConsumerTiming, PipelineStatistics, QueueTiming, StageTiming):
+    _cls.__module__ = __name__
+format_report.__module__ = __name__
+prometheus_collector.__module__ = __name__
+set_stall_timeout = _stall.set_stall_timeout
+get_stall_timeout = _stall.get_stall_timeout
 
 _local = threading.local()
 
@@ -171,6 +202,8 @@ class _Gate:
         with self._lock:
             self._waiters += 1
             self._start_watcher()
+        account = current_account()  # a runner thread: held back = input wait
+        started = 0.0 if account is None else account.begin_wait(False)
         try:
             while not runner_events.wait_for(self._released, _GATE_RECHECK_SECS):
                 pass
@@ -181,6 +214,8 @@ class _Gate:
                 f"queue '{self._queue.name}' was closed before its dependencies were done"
             )
         finally:
+            if account is not None:
+                account.end_wait(started)
             with self._lock:
                 self._waiters -= 1
 
@@ -232,6 +267,16 @@ def register_runner(runner: QueueRunner) -> None:
         add_queue_runner(runner)
 
 
+@dataclass(frozen=True)
+class _TimedParts:
+    """What the statistics and the monitor look at (see Pipeline._timed_parts)."""
+
+    runners: list[tuple[QueueRunner, str]]
+    queues: list[QueueBase]
+    output_queue: QueueBase | None
+    process: list[tuple[Any, str]]
+
+
 class Pipeline:
     """Queue runners, the coordinator that stops them, and their threads.
 
@@ -241,6 +286,13 @@ class Pipeline:
             a stop before naming the ones still alive.
         daemon: make runner threads daemons (so a forgotten pipeline never
             keeps the interpreter alive).
+        stall_timeout: log one warning on the ``feedq`` logger when a call
+            of the pipeline (the consumer's or a runner's) has been blocked
+            this many seconds while nothing in the pipeline moved, naming
+            the blocked queues and threads, what each waits for, and their
+            stacks; default: :func:`set_stall_timeout` (off unless set).
+        report_every: log :meth:`report` (INFO, ``feedq`` logger) every this
+            many seconds while the pipeline runs; ``None``: never.
 
     Iterating a pipeline iterates its :attr:`output`: the last stage created
     while it was current, unless set explicitly.
@@ -251,11 +303,23 @@ class Pipeline:
         coord: Coordinator | None = None,
         stop_grace_period_secs: float = 10.0,
         daemon: bool = True,
+        *,
+        stall_timeout: float | None = None,
+        report_every: float | None = None,
     ) -> None:
         self.coord = coord if coord is not None else Coordinator()
         self.stop_grace_period_secs = stop_grace_period_secs
         self.daemon = daemon
-        self.output: Any = None
+        self.stall_timeout = _stall.check_seconds(
+            stall_timeout if stall_timeout is not None else _stall.get_stall_timeout(),
+            "stall_timeout")
+        self.report_every = _stall.check_seconds(report_every, "report_every")
+        # Stages created while this pipeline was current (they set
+        # ``output``), for the statistics.
+        self._stages: list[Any] = []  # guarded by self._lock
+        self._output: Any = None
+        self._started_at: float | None = None  # time.monotonic() at start()
+        self._monitor: _stall.Monitor | None = None  # guarded by self._lock
         self._lock = threading.Lock()
         self._runners: list[QueueRunner] = []  # guarded by self._lock
         self._threads: list[threading.Thread] = []  # guarded by self._lock
@@ -268,6 +332,20 @@ class Pipeline:
         # atomic); _close_all takes it whole under the lock.
         self._closeables: list[Any] = []  # guarded by self._lock
         self._scope: contextlib.AbstractContextManager[list[Any]] | None = None  # guarded by self._lock
+
+    @property
+    def output(self) -> Any:
+        """The stage that iterating the pipeline reads (the last one created
+        while the pipeline was current, unless set)."""
+        return self._output
+
+    @output.setter
+    def output(self, stage: Any) -> None:
+        self._output = stage
+        if stage is not None:
+            with self._lock:
+                if not any(s is stage for s in self._stages):
+                    self._stages.append(stage)
 
     @property
     def runners(self) -> list[QueueRunner]:
@@ -340,7 +418,11 @@ class Pipeline:
             if self._running:
                 return self
             self._running = True
+            self._started_at = time.monotonic()
             runners = list(self._runners)
+            if self._monitor is None and (self.stall_timeout or self.report_every):
+                self._monitor = _stall.Monitor(self, self.stall_timeout, self.report_every)
+                self._monitor.start()
         for r in runners:
             self._start_runner(r)
         return self
@@ -360,7 +442,56 @@ class Pipeline:
         try:
             self.coord.join(self.threads, stop_grace_period_secs=self.stop_grace_period_secs)
         finally:
+            with self._lock:
+                monitor, self._monitor = self._monitor, None
+            if monitor is not None:
+                monitor.stop()
             self._close_all()
+
+    # -- statistics ------------------------------------------------------------------
+
+    def _timed_parts(self) -> _TimedParts:
+        """The runners (with their kind), queues, consumer's queue and
+        process stages that the statistics and stall reports look at."""
+        with self._lock:
+            runners = list(self._runners)
+            stages = list(self._stages)
+        kinds: dict[int, str] = {}
+        queues: list[QueueBase] = []
+        process: list[tuple[Any, str]] = []
+        for stage in stages:
+            runner = getattr(stage, "runner", None)
+            if isinstance(runner, QueueRunner):
+                kinds[id(runner)] = "producer" if stage.batch_size is None else "batcher"
+            elif getattr(stage, "_timing_kind", None) == "process":
+                process.append((stage, f"process_stage-{len(process)}"))
+        for r in runners:
+            if isinstance(r.queue, QueueBase):
+                queues.append(r.queue)
+        for stage in stages:
+            q = getattr(stage, "queue", None)
+            if isinstance(q, QueueBase) and not any(q is x for x in queues):
+                queues.append(q)
+        out_q = getattr(self._output, "queue", None)
+        return _TimedParts(
+            runners=[(r, kinds.get(id(r), "runner")) for r in runners],
+            queues=queues,
+            output_queue=out_q if isinstance(out_q, QueueBase) else None,
+            process=process,
+        )
+
+    def statistics(self) -> PipelineStatistics:
+        """Per-stage timing, queue fill, the consumer's data readiness and
+        the bottleneck verdict, as one frozen snapshot (see
+        :class:`PipelineStatistics`; ``.as_dict()`` for logging)."""
+        started = self._started_at
+        elapsed = 0.0 if started is None else time.monotonic() - started
+        parts = self._timed_parts()
+        return collect(elapsed, parts.runners, parts.queues, parts.output_queue, parts.process)
+
+    def report(self) -> str:
+        """:meth:`statistics` as a table, ending with the bottleneck verdict."""
+        return format_report(self.statistics())
 
     def __enter__(self) -> Self:
         stack = _stack("pipelines")

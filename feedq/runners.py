@@ -51,11 +51,13 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._waits import Account, close_account, open_account
 from .coordinator import Coordinator
 from .errors import CancelledError, FeedqError, OutOfRangeError
 
@@ -239,6 +241,9 @@ class QueueRunner:
         # Set once create_threads() has made threads: the X1 check of
         # feedq.input's stages ("fed by a runner that was never started").
         self._started = False  # guarded by self._lock
+        # Where each runner thread's time went (feedq._waits), every thread
+        # ever started, for the pipeline's statistics.
+        self._accounts: list[Account] = []  # guarded by self._lock
 
     # -- properties ---------------------------------------------------------------
 
@@ -293,6 +298,11 @@ class QueueRunner:
                 ops_run=self._ops_run,
                 exceptions=tuple(self._exceptions),
             )
+
+    def _time_accounts(self) -> list[Account]:
+        """The time accounts of every thread this runner started (feedq._stats)."""
+        with self._lock:
+            return list(self._accounts)
 
     def __repr__(self) -> str:
         return f"QueueRunner(queue={self.name!r}, enqueue_ops={len(self._enqueue_ops)})"
@@ -367,14 +377,23 @@ class QueueRunner:
     def _run(self, op: _Op, coord: Coordinator | None) -> None:
         """Body of a runner thread (QR4–QR6)."""
         ended = False
+        # Op time, and (added by the queues) time blocked in them: feedq._waits.
+        account = open_account()
+        with self._lock:
+            self._accounts.append(account)
+        clock = time.perf_counter
         try:
             while not (coord is not None and coord.should_stop()):
+                account.op_since = started = clock()
                 try:
                     op()
                 except self._queue_closed_exception_types as exc:
                     ended = True
                     self._end_on_closed(exc)
                     return
+                account.op_s += clock() - started
+                account.op_since = None
+                account.ops += 1
                 # One lock acquisition per op: ops move blocks, not records,
                 # so this costs little and keeps statistics() exact.
                 with self._lock:
@@ -382,6 +401,11 @@ class QueueRunner:
         except Exception as exc:  # noqa: BLE001 - QR6: any other exception is an error
             self._end_on_error(exc, coord)
         finally:
+            since = account.op_since
+            if since is not None:
+                account.op_s += clock() - since
+                account.op_since = None
+            close_account()
             # Every thread ends through here, whatever the reason (QR5).
             if not ended:
                 with self._lock:

@@ -324,6 +324,12 @@ class ProcessStage:
     :func:`process_stage`.
     """
 
+    #: Pipeline statistics and stall reports (feedq._stats, feedq._stall).
+    _timing_kind = "process"
+    _waiting_since: float | None = None  # perf_counter() when a take began waiting
+    _waiting_ident: int | None = None  # the thread of that take
+
+
     def __init__(
         self,
         build: Callable[[int, int], Any],
@@ -764,6 +770,7 @@ class ProcessStage:
             wait = resolve_timeout(timeout)
             deadline = None if wait is None else time.monotonic() + wait
             started = time.perf_counter()
+            self._waiting_since, self._waiting_ident = started, threading.get_ident()
             first = True
             failure_seen: float | None = None
             try:
@@ -809,6 +816,7 @@ class ProcessStage:
                     self._pump(min(remaining, slice_))
             finally:
                 self._wait += time.perf_counter() - started
+                self._waiting_since = None
 
     def _deliver(self, ev: tuple[Any, ...]) -> Any:
         index, _, epoch, slot, seg, gen, nbytes, tree, descs = ev
@@ -952,6 +960,17 @@ class ProcessStage:
     def pids(self) -> list[int]:
         """The workers' process ids, in worker order."""
         return [h.pid for h in self._handles]
+
+    def _stall_workers(self) -> str:
+        """Stall reports: the workers a waiting take waits for, by index and pid."""
+        if self._order == "deterministic" and self._rotation:
+            waited = [self._handles[self._rotation[self._turn % len(self._rotation)]]]
+        else:
+            waited = [self._handles[i] for i in sorted(self._active)] or list(self._handles)
+        return ", ".join(
+            f"worker {h.index} (pid {h.pid}, "
+            f"{'exited' if h.exited or not h.process.is_alive() else 'alive'}, "
+            f"{h.received} batches received)" for h in waited)
 
     def statistics(self) -> ProcessStageStatistics:
         """A snapshot (see :class:`ProcessStageStatistics`)."""

@@ -63,6 +63,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._defaults import resolve_timeout
+from .._waits import current_account
 from ..errors import CancelledError, DeadlineExceededError, OutOfRangeError
 from ._cancel import CancelToken, Waiter, hold
 from ._spec import Component, ElementCodec
@@ -85,7 +86,7 @@ class _Attempt(Waiter):
     """A call waiting in a line. ``finished`` and ``error`` are guarded by
     the queue's lock; ``queued`` says whether it is still in its line."""
 
-    __slots__ = ("cancel", "error", "finished", "queued")
+    __slots__ = ("cancel", "error", "finished", "ident", "queued", "since")
 
     def __init__(self, cancel: CancelToken | None) -> None:
         super().__init__()
@@ -93,6 +94,10 @@ class _Attempt(Waiter):
         self.finished = False
         self.queued = False
         self.error: BaseException | None = None
+        # Set when the caller starts waiting (stall reports name it):
+        # its thread, and ``time.monotonic()`` then.
+        self.ident = 0
+        self.since = 0.0
 
 
 class _Enqueue(_Attempt):
@@ -177,6 +182,36 @@ class QueueEngine(ElementCodec):
         # claimed by dequeues copying outside it (ring kinds only).
         self._in_busy = 0  # guarded by self._mutex
         self._out_busy = 0  # guarded by self._mutex
+        # Timing (feedq._stats): dequeue calls, the sizes they found (for
+        # the mean fill), and the calls that waited and for how long.
+        self._takes = 0  # guarded by self._mutex
+        self._fill_sum = 0  # guarded by self._mutex
+        self._enq_waits = 0  # guarded by self._mutex
+        self._deq_waits = 0  # guarded by self._mutex
+        self._enq_wait_s = 0.0  # guarded by self._mutex
+        self._deq_wait_s = 0.0  # guarded by self._mutex
+
+    # -- timing (read by feedq._stats) ---------------------------------------------
+
+    def _timing(self) -> tuple[int, int, int, int, int, int, int, int, float, float]:
+        """A consistent snapshot for feedq's pipeline statistics: ``(size,
+        peak, enqueued, dequeued, takes, fill_sum, enqueue waits, dequeue
+        waits, enqueue wait s, dequeue wait s)``; waits in progress are not
+        counted (see :meth:`_blocked`)."""
+        with self._mutex:
+            return (
+                self._size, self._peak, self._enqueued, self._dequeued, self._takes,
+                self._fill_sum, self._enq_waits, self._deq_waits, self._enq_wait_s,
+                self._deq_wait_s,
+            )
+
+    def _blocked(self) -> list[tuple[bool, int, float, int]]:
+        """The calls waiting now: ``(is_enqueue, thread ident, since
+        (time.monotonic), elements asked)`` each."""
+        with self._mutex:
+            out = [(True, a.ident, a.since, a.n - a.done) for a in self._producers if a.ident]
+            out.extend((False, a.ident, a.since, a.n - a.count) for a in self._consumers if a.ident)
+            return out
 
     # -- blocking calls ------------------------------------------------------------
 
@@ -208,6 +243,8 @@ class QueueEngine(ElementCodec):
         """Queue ``att`` and wait until it finished or gave up; raise its error."""
         wait = resolve_timeout(timeout)
         with self._mutex:
+            self._takes += 1
+            self._fill_sum += self._size
             try:
                 self._consumers.append(att)
                 att.queued = True
@@ -230,6 +267,11 @@ class QueueEngine(ElementCodec):
         """Sleep until ``att`` finishes; give up on its deadline or token (lock held)."""
         token = att.cancel
         unsubscribe = None if token is None else token.on_fire(att.wake)
+        output = isinstance(att, _Enqueue)
+        account = current_account()
+        started = time.perf_counter() if account is None else account.begin_wait(output)
+        att.ident = threading.get_ident()
+        att.since = time.monotonic()
         try:
             deadline = None if wait is None else time.monotonic() + wait
             remaining: float | None = None
@@ -250,6 +292,15 @@ class QueueEngine(ElementCodec):
         finally:
             if unsubscribe is not None:
                 unsubscribe()
+            waited = time.perf_counter() - started
+            if output:
+                self._enq_waits += 1
+                self._enq_wait_s += waited
+            else:
+                self._deq_waits += 1
+                self._deq_wait_s += waited
+            if account is not None:
+                account.end_wait(started)
 
     def _withdraw(self, att: _Enqueue | _Dequeue) -> None:
         """Undo an attempt that will not complete (lock held).

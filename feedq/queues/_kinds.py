@@ -130,6 +130,8 @@ class FIFOQueue(QueueBase):
             with self._mutex:
                 size = self._size
                 if size and not self._consumers:
+                    self._takes += 1
+                    self._fill_sum += size
                     if self._claims:
                         self._keep_busy(1)
                     pos = self._head
@@ -199,6 +201,8 @@ class FIFOQueue(QueueBase):
             with self._mutex:
                 size = self._size
                 if 0 < n <= size and n < self._unlocked_rows and not self._consumers:
+                    self._takes += 1
+                    self._fill_sum += size
                     if self._claims:
                         self._keep_busy(n)
                     head, alloc = self._head, self._alloc

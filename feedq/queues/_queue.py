@@ -440,6 +440,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         with self._mutex:
             # Fast path: nobody ahead in line and an element available now.
             if not self._consumers and self._available() > 0:
+                self._takes += 1
+                self._fill_sum += self._size
                 row = self._take_one()
                 self._size -= 1
                 self._dequeued += 1
@@ -550,6 +552,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             # dequeue_available, at least one) available now.
             avail = self._available() if not self._consumers else 0
             if avail >= n or (some and avail > 0):
+                self._takes += 1
+                self._fill_sum += self._size
                 k = min(n, avail)
                 if k < self._unlocked_rows:
                     chunk = self._take(k, outs, 0)

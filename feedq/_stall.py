@@ -1,0 +1,250 @@
+"""Stall reports and periodic reports: a pipeline's monitor thread.
+
+A :class:`feedq.Pipeline` built with ``stall_timeout`` (or under a
+process-wide default, :func:`set_stall_timeout`) or ``report_every`` runs one
+daemon thread, ``feedq-monitor-<n>``, while it runs. It wakes a few times
+per ``stall_timeout`` (on an Event that the pipeline sets to stop it, not a
+sleep) and
+
+* logs the per-stage table (``Pipeline.report()``) on the ``feedq`` logger
+  every ``report_every`` seconds (INFO);
+* logs ONE warning when a call of the pipeline (the consumer's take, a
+  runner's enqueue or dequeue, a process stage's take) has been blocked
+  longer than ``stall_timeout`` while nothing in the pipeline moved (no
+  element in or out of any of its queues, no runner op finished, no batch
+  from a worker): which queues and threads are blocked, what each waits for
+  (an enqueue on a full queue, a dequeue on an empty one and who feeds it, a
+  runner that was never started, a process worker by index and pid), and the
+  Python stacks of the blocked threads. A stall that goes on is reported
+  again at most once per ``max(stall_timeout, 60 s)``; once anything moves,
+  a new stall is reported afresh.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+__all__ = ["Monitor", "get_stall_timeout", "set_stall_timeout"]
+
+LOG = logging.getLogger("feedq")
+
+#: A stall that goes on is reported again at most this often (or once per
+#: ``stall_timeout`` if that is longer).
+STALL_REPEAT_MIN_S = 60.0
+
+_lock = threading.Lock()
+_default_stall_timeout: float | None = None  # guarded by _lock (reads are atomic)
+_ids = itertools.count()
+
+
+def set_stall_timeout(seconds: float | None) -> float | None:
+    """Set the process-wide default of ``Pipeline(stall_timeout=)``.
+
+    Pipelines created afterwards without their own ``stall_timeout`` warn on
+    the ``feedq`` logger when blocked this long with nothing moving.
+
+    Args:
+        seconds: the default in seconds (> 0); ``None`` or ``math.inf``
+            turns stall reports off (the initial default).
+
+    Returns:
+        The previous default.
+
+    Raises:
+        ValueError: ``seconds`` is not > 0 (or is NaN).
+    """
+    global _default_stall_timeout
+    value = check_seconds(seconds, "stall timeout")
+    with _lock:
+        previous, _default_stall_timeout = _default_stall_timeout, value
+    return previous
+
+
+def get_stall_timeout() -> float | None:
+    """The process-wide default stall timeout in seconds (``None`` = off)."""
+    return _default_stall_timeout
+
+
+def check_seconds(seconds: float | None, what: str) -> float | None:
+    """``seconds`` as a float > 0, or ``None`` for off (``None``/inf)."""
+    if seconds is None:
+        return None
+    value = float(seconds)
+    if math.isnan(value) or value <= 0:
+        raise ValueError(f"{what} must be > 0 seconds or None, got {seconds!r}")
+    return None if math.isinf(value) else value
+
+
+class Monitor:
+    """The monitor thread of one pipeline (see the module docstring).
+
+    Args:
+        pipe: the :class:`feedq.Pipeline` (read through ``_timed_parts``,
+            ``report`` and ``runners``).
+        stall_timeout: seconds, or ``None`` for no stall reports.
+        report_every: seconds, or ``None`` for no periodic report.
+    """
+
+    def __init__(self, pipe: Any, stall_timeout: float | None, report_every: float | None) -> None:
+        self._pipe = pipe
+        self.stall_timeout = stall_timeout
+        self.report_every = report_every
+        periods = [p for p in (None if stall_timeout is None else stall_timeout / 4, report_every)
+                   if p is not None]
+        self._tick = max(0.01, min(periods)) if periods else 1.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"feedq-monitor-{next(_ids)}", daemon=True)
+        self._progress: tuple[int, ...] | None = None
+        self._progress_at = time.monotonic()
+        self._warned_at: float | None = None  # the last warning of this stall episode
+        self.warnings = 0  # stall warnings logged (for tests and the curious)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and wait for it (at most ``timeout`` seconds)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        next_report = None if self.report_every is None else time.monotonic() + self.report_every
+        while not self._stop.wait(self._tick):
+            now = time.monotonic()
+            try:
+                if next_report is not None and now >= next_report:
+                    next_report = now + self.report_every if self.report_every else None
+                    LOG.info("%s", self._pipe.report())
+                if self.stall_timeout is not None:
+                    self.check(now)
+            except Exception:  # noqa: BLE001 - a report must never kill the pipeline
+                LOG.debug("feedq monitor: report failed", exc_info=True)
+
+    # -- stalls ------------------------------------------------------------------------
+
+    def _signature(self, parts: Any) -> tuple[int, ...]:
+        """Counters that change whenever anything in the pipeline moves."""
+        sig: list[int] = []
+        for q in parts.queues:
+            t = q._timing()
+            sig.extend((t[2], t[3]))  # enqueued, dequeued
+        for r, _kind in parts.runners:
+            sig.append(sum(a.ops for a in r._time_accounts()))
+        for stage, _name in parts.process:
+            sig.append(int(stage._takes))
+            sig.extend(h.received for h in list(stage._handles))
+        return tuple(sig)
+
+    def check(self, now: float) -> str | None:
+        """Log a stall warning if one is due; the message logged, if any."""
+        assert self.stall_timeout is not None
+        parts = self._pipe._timed_parts()
+        sig = self._signature(parts)
+        if sig != self._progress:
+            self._progress, self._progress_at, self._warned_at = sig, now, None
+            return None
+        still = now - self._progress_at
+        if still < self.stall_timeout:
+            return None
+        if self._warned_at is not None and (
+                now - self._warned_at < max(self.stall_timeout, STALL_REPEAT_MIN_S)):
+            return None
+        message = self.describe(parts, now, still)
+        if message is None:
+            return None
+        self._warned_at = now
+        self.warnings += 1
+        LOG.warning("%s", message)
+        return message
+
+    def describe(self, parts: Any, now: float, still: float) -> str | None:
+        """The stall report, or ``None`` when no call has been blocked long
+        enough (a pipeline that is merely idle is not stalled)."""
+        assert self.stall_timeout is not None
+        limit = self.stall_timeout
+        names = {t.ident: t.name for t in threading.enumerate()}
+        lines: list[str] = []
+        idents: list[int] = []
+        feeders: dict[int, list[Any]] = {}
+        for r, _kind in parts.runners:
+            feeders.setdefault(id(r.queue), []).append(r)
+        for q in parts.queues:
+            for is_enqueue, ident, since, n in q._blocked():
+                waited = now - since
+                if waited < limit:
+                    continue
+                who = f"thread {names.get(ident, '?')!r}"
+                size = q.size()
+                cap = "inf" if q.capacity < 0 else str(q.capacity)
+                if is_enqueue:
+                    takers = sum(1 for e, *_ in q._blocked() if not e)
+                    what = (f"enqueue of {n} element(s) on full queue {q.name!r} "
+                            f"(size {size}/{cap}; {_consumers_text(takers, q, parts)})")
+                else:
+                    what = (f"dequeue of {n} element(s) on empty queue {q.name!r} "
+                            f"(size {size}/{cap}; {_feeders_text(feeders.get(id(q), []))})")
+                lines.append(f"  {who} blocked {waited:.2f} s in {what}")
+                if ident not in idents:
+                    idents.append(ident)
+        for stage, name in parts.process:
+            since = getattr(stage, "_waiting_since", None)
+            if since is None or time.perf_counter() - since < limit:
+                continue
+            waited = time.perf_counter() - since
+            lines.append(f"  the consumer of process stage {name!r} blocked {waited:.2f} s "
+                         f"waiting for {stage._stall_workers()}")
+            ident = getattr(stage, "_waiting_ident", None)
+            if ident and ident not in idents:
+                idents.append(ident)
+        if not lines:
+            return None
+        idle = [r.name for r, _k in parts.runners if not r.started]
+        if idle:
+            lines.append("  runners never started: " + ", ".join(repr(n) for n in idle))
+        head = (f"feedq pipeline stalled: nothing moved for {still:.2f} s "
+                f"(stall_timeout={limit:g} s); blocked:")
+        out = [head, *lines, "Stacks of the blocked threads:"]
+        frames = sys._current_frames()
+        for ident in idents:
+            frame = frames.get(ident)
+            out.append(f"  Thread {names.get(ident, '?')!r} (ident {ident}):")
+            if frame is None:
+                out.append("    (ended)")
+                continue
+            for entry in traceback.format_stack(frame):
+                out.extend("  " + line for line in entry.rstrip().splitlines())
+        return "\n".join(out)
+
+
+def _feeders_text(runners: list[Any]) -> str:
+    if not runners:
+        return "no runner of the pipeline fills it"
+    parts = []
+    for r in runners:
+        if not r.started:
+            parts.append(f"its runner {r.name!r} was never started")
+            continue
+        alive = r.statistics().threads_alive
+        waiting = [a for a in r._time_accounts() if a.wait_since is not None]
+        state = f"{alive} thread(s) alive"
+        if waiting:
+            state += f", {len(waiting)} blocked on their own input/output"
+        parts.append(f"fed by runner {r.name!r}: {state}")
+    return "; ".join(parts)
+
+
+def _consumers_text(takers: int, q: Any, parts: Any) -> str:
+    if takers:
+        return f"{takers} dequeue(s) waiting on it"
+    if parts.output_queue is q:
+        return "the consumer is not taking from it"
+    return "no thread is dequeuing from it"

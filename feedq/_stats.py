@@ -1,0 +1,433 @@
+"""Pipeline statistics: per-stage timing, queue fill, consumer readiness and
+the bottleneck verdict (the figures behind ``Pipeline.statistics()``).
+
+Where the figures come from (always on, per block not per record):
+
+* runner threads: ``feedq.runners`` times each op call and the queues add
+  the time a call of that thread waited (``feedq._waits``): a wait in an
+  enqueue is *output* wait, a wait in a dequeue is *input* wait, the rest of
+  the op is *busy* (reading, decoding, batching);
+* queues: the engine counts dequeue calls, the size each found (mean fill),
+  the peak size (max fill) and the calls that waited and for how long;
+* the consumer: the dequeue calls on the pipeline's output stage's queue
+  (a process stage counts its own takes).
+
+The classes are public as ``feedq.PipelineStatistics`` and friends (their
+``__module__`` is ``feedq.pipeline``, which re-exports them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Bottleneck",
+    "ConsumerTiming",
+    "PipelineStatistics",
+    "QueueTiming",
+    "StageTiming",
+    "collect",
+    "format_report",
+    "verdict",
+]
+
+# The verdict: the consumer is the limit when it waited at most this share
+# of the elapsed time.
+_CONSUMER_WAITS = 0.10
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    """Where one stage's threads spent their time (seconds summed over its threads).
+
+    Attributes:
+        name: the stage's queue name (what it fills).
+        kind: ``"producer"``, ``"batcher"``, ``"runner"`` (a plain
+            :class:`~feedq.QueueRunner`) or ``"process"`` (a process stage;
+            its workers' time is not visible here, only what it delivered).
+        threads: threads (or worker processes) of the stage.
+        busy_s: time running its op other than waiting on queues (reading,
+            decoding, batching).
+        input_wait_s: time blocked taking from an upstream queue.
+        output_wait_s: time blocked putting into its own (full) queue.
+        records_out: elements put into its queue (batches for a process stage).
+        bytes_out: bytes of those elements (exact for fixed-size numeric
+            components, estimated from queued elements for the others).
+    """
+
+    name: str
+    kind: str
+    threads: int
+    busy_s: float
+    input_wait_s: float
+    output_wait_s: float
+    records_out: int
+    bytes_out: int
+
+    def share(self, elapsed: float) -> tuple[float, float, float]:
+        """``(busy, input wait, output wait)`` as shares of ``elapsed`` x threads."""
+        total = elapsed * max(self.threads, 1)
+        if total <= 0:
+            return 0.0, 0.0, 0.0
+        return (min(1.0, self.busy_s / total), min(1.0, self.input_wait_s / total),
+                min(1.0, self.output_wait_s / total))
+
+
+@dataclass(frozen=True)
+class QueueTiming:
+    """How full one queue ran and how long its callers waited.
+
+    Attributes:
+        name: the queue's name.
+        capacity: its bound (-1: unbounded).
+        size: elements stored now.
+        mean_fill: mean share of the capacity that dequeue calls found
+            stored (0..1; 0 for an unbounded queue or before any dequeue).
+        max_fill: the peak size as a share of the capacity (0..1).
+        enqueue_wait_s: time enqueue calls spent blocked (queue full),
+            including waits in progress.
+        dequeue_wait_s: time dequeue calls spent blocked (queue empty),
+            including waits in progress.
+    """
+
+    name: str
+    capacity: int
+    size: int
+    mean_fill: float
+    max_fill: float
+    enqueue_wait_s: float
+    dequeue_wait_s: float
+
+
+@dataclass(frozen=True)
+class ConsumerTiming:
+    """The consumer's side: takes from the pipeline's output stage.
+
+    Attributes:
+        takes: dequeue calls (evaluations) so far.
+        waited_takes: those that had to wait for data.
+        wait_s: time spent waiting, including a wait in progress.
+        readiness: share of takes that did not wait (1.0 before any take):
+            the data-readiness figure; near 1 means training never waits on
+            data.
+    """
+
+    takes: int
+    waited_takes: int
+    wait_s: float
+    readiness: float
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """The limiting stage and why.
+
+    Attributes:
+        stage: the name of the stage that limits throughput (busy while its
+            neighbours wait on it), or ``None``: no bottleneck in the
+            pipeline, the consumer is the limit.
+        reason: one line of evidence.
+    """
+
+    stage: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PipelineStatistics:
+    """A snapshot of a pipeline (:meth:`feedq.Pipeline.statistics`).
+
+    Attributes:
+        elapsed: seconds since the pipeline started.
+        stages: per-stage timing, upstream first (producers, readers and
+            decoders, batchers; process stages last).
+        queues: per-queue fill and waits, in the same order.
+        consumer: the consumer's takes and data readiness.
+        bottleneck: the verdict.
+    """
+
+    elapsed: float
+    stages: tuple[StageTiming, ...]
+    queues: tuple[QueueTiming, ...]
+    consumer: ConsumerTiming
+    bottleneck: Bottleneck
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dicts, lists, strings and numbers (JSON-serialisable), for
+        TensorBoard / W&B logging."""
+        out: dict[str, Any] = _finite(dataclasses.asdict(self))
+        return out
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN/inf floats replaced by 0.0 (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0.0
+    return value
+
+
+# -- collecting ---------------------------------------------------------------------------
+
+
+def _queue_figures(q: Any, now: float) -> dict[str, Any]:
+    """Raw figures of a feedq queue (see ``QueueEngine._timing``); waits in
+    progress added up to ``now`` (``time.monotonic``)."""
+    (size, peak, enqueued, _dequeued, takes, fill_sum, enq_waits, deq_waits, enq_s,
+     deq_s) = q._timing()
+    for is_enqueue, _ident, since, _n in q._blocked():
+        if is_enqueue:
+            enq_s += max(0.0, now - since)
+        else:
+            deq_s += max(0.0, now - since)
+            deq_waits += 1
+            takes += 1
+    return {
+        "size": size, "peak": peak, "enqueued": enqueued, "takes": takes,
+        "fill_sum": fill_sum, "enq_waits": enq_waits, "deq_waits": deq_waits,
+        "enq_s": enq_s, "deq_s": deq_s,
+    }
+
+
+def queue_timing(q: Any, now: float) -> QueueTiming:
+    f = _queue_figures(q, now)
+    cap = int(q.capacity)
+    takes = f["takes"]
+    mean = f["fill_sum"] / takes / cap if cap > 0 and takes else 0.0
+    return QueueTiming(
+        name=str(q.name), capacity=cap, size=int(f["size"]),
+        mean_fill=min(1.0, mean), max_fill=min(1.0, f["peak"] / cap) if cap > 0 else 0.0,
+        enqueue_wait_s=float(f["enq_s"]), dequeue_wait_s=float(f["deq_s"]),
+    )
+
+
+def _row_bytes(q: Any) -> float:
+    """Bytes of one element of ``q``: exact for fixed-size numeric
+    components, estimated from up to 32 stored values for the others."""
+    with q._mutex:
+        cols = list(q._cols)
+    total = 0.0
+    for comp, col in zip(q._components, cols):
+        if comp.dense:
+            total += col.itemsize * math.prod(col.shape[1:])
+            continue
+        seen: list[int] = []
+        for v in col[:256]:
+            if isinstance(v, np.ndarray):
+                seen.append(v.nbytes)
+            elif isinstance(v, (bytes, bytearray)):
+                seen.append(len(v))
+            if len(seen) >= 32:
+                break
+        if seen:
+            total += sum(seen) / len(seen)
+    return total
+
+
+def stage_timing(runner: Any, kind: str, perf_now: float) -> StageTiming:
+    """A runner's threads' time (``feedq._waits`` accounts) and its output."""
+    busy = in_s = out_s = 0.0
+    for acc in runner._time_accounts():
+        op_s, i, o = acc.snapshot(perf_now)
+        in_s += i
+        out_s += o
+        busy += max(0.0, op_s - i - o)
+    q = runner.queue
+    records = nbytes = 0
+    if hasattr(q, "_timing"):
+        records = int(q._timing()[2])
+        nbytes = int(records * _row_bytes(q))
+    return StageTiming(
+        name=runner.name, kind=kind, threads=len(runner.enqueue_ops), busy_s=busy,
+        input_wait_s=in_s, output_wait_s=out_s, records_out=records, bytes_out=nbytes,
+    )
+
+
+def process_timing(stage: Any, name: str) -> tuple[StageTiming, ConsumerTiming]:
+    """A process stage: what its workers delivered, and its consumer's takes."""
+    st = stage.statistics()
+    takes = int(st.takes)
+    waited = takes - int(st.ready)
+    timing = StageTiming(
+        name=name, kind="process", threads=int(st.num_processes), busy_s=0.0,
+        input_wait_s=0.0, output_wait_s=0.0, records_out=int(sum(st.received)),
+        bytes_out=int(st.bytes_received),
+    )
+    wait_s = float(st.wait_seconds)
+    since = getattr(stage, "_waiting_since", None)
+    if since is not None:
+        wait_s += max(0.0, time.perf_counter() - since)
+    consumer = ConsumerTiming(takes=takes, waited_takes=waited, wait_s=wait_s,
+                              readiness=1.0 - waited / takes if takes else 1.0)
+    return timing, consumer
+
+
+def consumer_timing(q: Any, now: float) -> ConsumerTiming:
+    f = _queue_figures(q, now)
+    takes, waited = int(f["takes"]), int(f["deq_waits"])
+    return ConsumerTiming(takes=takes, waited_takes=waited, wait_s=float(f["deq_s"]),
+                          readiness=1.0 - waited / takes if takes else 1.0)
+
+
+def collect(
+    elapsed: float,
+    runners: Sequence[tuple[Any, str]],
+    queues: Iterable[Any],
+    output_queue: Any,
+    process: Sequence[tuple[Any, str]] = (),
+) -> PipelineStatistics:
+    """Assemble a :class:`PipelineStatistics`.
+
+    Args:
+        elapsed: seconds since the start.
+        runners: ``(runner, kind)``, upstream first.
+        queues: the feedq queues to report (deduplicated, in order).
+        output_queue: the queue the consumer takes from, or ``None``.
+        process: ``(process stage, name)`` pairs; the last one's takes are
+            the consumer's when ``output_queue`` is ``None``.
+    """
+    now, perf_now = time.monotonic(), time.perf_counter()
+    stages = [stage_timing(r, kind, perf_now) for r, kind in runners]
+    consumer = ConsumerTiming(0, 0, 0.0, 1.0)
+    for stage, name in process:
+        timing, consumer_p = process_timing(stage, name)
+        stages.append(timing)
+        if output_queue is None:
+            consumer = consumer_p
+    qs: list[QueueTiming] = []
+    seen: set[int] = set()
+    for q in queues:
+        if id(q) not in seen and hasattr(q, "_timing"):
+            seen.add(id(q))
+            qs.append(queue_timing(q, now))
+    if output_queue is not None and hasattr(output_queue, "_timing"):
+        consumer = consumer_timing(output_queue, now)
+    stages_t = tuple(stages)
+    return PipelineStatistics(
+        elapsed=elapsed, stages=stages_t, queues=tuple(qs), consumer=consumer,
+        bottleneck=verdict(elapsed, stages_t, consumer),
+    )
+
+
+# -- the verdict ----------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.0f}%"
+
+
+def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTiming) -> Bottleneck:
+    """Name the stage that limits throughput.
+
+    A consumer that spends little of its time waiting for data is the limit
+    itself (``stage=None``), and so is one that takes nothing while the
+    stage feeding it sits blocked on its full queue. Otherwise the blame
+    starts at the stage nearest the consumer and moves upstream while the
+    stage holding it spends more time waiting on its input than working:
+    the first stage found busy, not starved, is the bottleneck (busy while
+    the stage after it, or the consumer, waits on it).
+    """
+    if not stages:
+        return Bottleneck(None, "no stage timed yet")
+    wait_share = consumer.wait_s / elapsed if elapsed > 0 else 0.0
+    last = stages[-1]
+    l_busy, l_in, l_out = last.share(elapsed)
+    if not consumer.takes:
+        if l_out > max(l_busy, l_in):
+            return Bottleneck(None, (
+                f"no bottleneck: the consumer is the limit (it has taken nothing while "
+                f"{last.name!r} waited {_pct(l_out)} of its time on its full queue)"))
+        if not consumer.wait_s and not any(s.busy_s for s in stages):
+            return Bottleneck(None, "no bottleneck: nothing has run yet")
+    elif wait_share <= _CONSUMER_WAITS:
+        return Bottleneck(None, (
+            f"no bottleneck: the consumer is the limit (it waited {_pct(wait_share)} of "
+            f"the time; data was ready for {_pct(consumer.readiness)} of {consumer.takes} "
+            "takes)"))
+    # The consumer waits: walk upstream from the stage nearest it.
+    i = len(stages) - 1
+    while i > 0:
+        busy, inp, out = stages[i].share(elapsed)
+        if inp > busy and inp > out:
+            i -= 1
+            continue
+        break
+    s = stages[i]
+    busy, inp, out = s.share(elapsed)
+    if i < len(stages) - 1:
+        nxt = stages[i + 1]
+        waiter = f"{nxt.name!r} waits {_pct(nxt.share(elapsed)[1])} of its time on input"
+    elif consumer.takes:
+        waiter = (f"the consumer waits {_pct(wait_share)} of the time (data ready for "
+                  f"{_pct(consumer.readiness)} of its takes)")
+    else:
+        waiter = f"the consumer waits for its first take ({consumer.wait_s:.2f} s)"
+    return Bottleneck(s.name, (
+        f"{s.kind} {s.name!r} is busy {_pct(busy)} of its time ({s.threads} "
+        f"thread{'s' if s.threads != 1 else ''}; input wait {_pct(inp)}, output wait "
+        f"{_pct(out)}) while {waiter}"))
+
+
+# -- the table ------------------------------------------------------------------------------
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+def format_report(stats: PipelineStatistics) -> str:
+    """The per-stage table, the queue table, the consumer line and the verdict.
+
+    ``busy``/``in wait``/``out wait`` are shares of the elapsed time per
+    thread; ``rec/s`` and ``MiB/s`` are over the elapsed time.
+    """
+    el = stats.elapsed
+    lines = [f"pipeline statistics after {el:.2f} s"]
+    header = (f"{'stage':<28} {'kind':<9} {'thr':>3} {'busy':>6} {'in wait':>8} "
+              f"{'out wait':>8} {'records':>10} {'rec/s':>10} {'MiB/s':>8}")
+    lines.append(header)
+    lines.append("-" * len(header))
+    for s in stats.stages:
+        busy, inp, out = s.share(el)
+        rate = s.records_out / el if el > 0 else 0.0
+        mib = s.bytes_out / el / 2**20 if el > 0 else 0.0
+        lines.append(
+            f"{_clip(s.name, 28):<28} {s.kind:<9} {s.threads:>3} {_pct(busy):>6} {_pct(inp):>8} "
+            f"{_pct(out):>8} {s.records_out:>10} {rate:>10.1f} {mib:>8.2f}")
+    if stats.queues:
+        qheader = (f"{'queue':<28} {'size':>10} {'mean fill':>9} {'max fill':>8} "
+                   f"{'enq wait s':>10} {'deq wait s':>10}")
+        lines.append("")
+        lines.append(qheader)
+        lines.append("-" * len(qheader))
+        for q in stats.queues:
+            cap = "inf" if q.capacity < 0 else str(q.capacity)
+            size = f"{q.size}/{cap}"
+            lines.append(
+                f"{_clip(q.name, 28):<28} {size:>10} {_pct(q.mean_fill):>9} "
+                f"{_pct(q.max_fill):>8} {q.enqueue_wait_s:>10.3f} {q.dequeue_wait_s:>10.3f}")
+    c = stats.consumer
+    lines.append("")
+    lines.append(f"consumer: {c.takes} takes, {c.waited_takes} waited ({c.wait_s:.3f} s); "
+                 f"data readiness {_pct(c.readiness)}")
+    b = stats.bottleneck
+    lines.append(f"bottleneck: {b.stage if b.stage is not None else 'none'} - {b.reason}")
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else "..." + text[-(width - 3):]
