@@ -11,6 +11,7 @@ not the blocks that readers happened to read ahead.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -23,9 +24,9 @@ from . import input as finput
 from ._decode import Decoder
 from ._schema import OnError, Schema, make_reader
 from .errors import DeadlineExceededError, OutOfRangeError
-from .pipeline import Pipeline
+from .pipeline import Pipeline, PipelineStatistics
 
-__all__ = ["BenchResult", "run_bench"]
+__all__ = ["BenchResult", "cpu_seconds", "run_bench", "verdict_line"]
 
 
 @dataclass
@@ -47,10 +48,71 @@ class BenchResult:
     filename_queue_fill_mean: float = 0.0
     skipped_errors: int = 0
     stopped_by: str = "end of data"
+    #: CPU seconds of the process (all threads) over ``seconds``.
+    cpu_seconds: float = 0.0
+    #: CPUs this process may use.
+    cpus: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``Pipeline.statistics()`` when the consumer stopped (None: ``direct``).
+    statistics: PipelineStatistics | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready: the figures, the per-stage ``stages``, ``queues``,
+        ``consumer`` and the ``bottleneck`` (stage, reason) with the
+        ``verdict`` line."""
+        out = {k: v for k, v in asdict(self).items() if k != "statistics"}
+        if self.statistics is not None:
+            stats = self.statistics.as_dict()
+            out.update({k: stats[k] for k in ("stages", "queues", "consumer", "bottleneck")})
+        else:
+            out.update({"stages": [], "queues": [], "consumer": None,
+                        "bottleneck": {"stage": DIRECT_STAGE, "reason": DIRECT_REASON}})
+        out["verdict"] = verdict_line(self)
+        return out
+
+
+#: The verdict of a ``direct`` run: there is no pipeline to time.
+DIRECT_STAGE = "read + decode (direct loop)"
+DIRECT_REASON = ("one reader in the calling thread, no queues or threads: reading and decoding "
+                 "are the whole run")
+
+
+def verdict_line(result: BenchResult) -> str:
+    """Which stage of the bench pipeline limits it, in its own terms, and why.
+
+    The bench pipeline is ``string_input_producer`` (the file names) ->
+    reader threads (``read_block`` + decode, enqueuing into the batch
+    queue: the *batcher* stage) -> the consumer (the measuring loop, with
+    ``--device`` the device feeder, in the demo the model).
+    """
+    stats = result.statistics
+    if stats is None:
+        return f"bottleneck: {DIRECT_STAGE}: {DIRECT_REASON}"
+    b = stats.bottleneck
+    kinds = {s.name: s.kind for s in stats.stages}
+    threads = {s.name: s.threads for s in stats.stages}
+    reason = b.reason.removeprefix("no bottleneck: ")
+    if b.stage is None:
+        if not stats.consumer.takes and "nothing" in b.reason:
+            return f"bottleneck: not known yet: {reason}"
+        who = "the consumer (" + ("the model" if result.extra.get("train steps") else
+                                  "the device feeder" if "device" in result.extra else
+                                  "this measuring loop") + ")"
+        return f"bottleneck: none in the pipeline: {who} is the limit; {reason}"
+    if kinds.get(b.stage) == "batcher":
+        n = threads.get(b.stage, 1)
+        used = result.cpu_seconds / result.seconds if result.seconds > 0 else 0.0
+        if used < result.cpus - 0.5:
+            hint = (f"the process used {used:.1f} of {result.cpus} CPUs: more --readers or "
+                    "--threads may help (unless other processes hold the CPUs or the disk is slow)")
+        else:
+            hint = (f"the process used {used:.1f} of {result.cpus} CPUs: more readers will not "
+                    "help here, cheaper decoding would")
+        return (f"bottleneck: the readers (read_block + decode, {n} thread{'s' if n != 1 else ''} "
+                f"feeding {b.stage!r}): {reason}; {hint}")
+    if kinds.get(b.stage) == "producer":
+        return f"bottleneck: the file names ({b.stage!r}): {b.reason}"
+    return f"bottleneck: {b.stage!r}: {b.reason}"
 
 
 @dataclass
@@ -58,6 +120,7 @@ class _Tally:
     """The consumer's running figures."""
 
     t0: float
+    cpu0: float = field(default_factory=lambda: cpu_seconds())
     payload: int = 0
     waited: float = 0.0
     fill_sum: float = 0.0
@@ -186,6 +249,7 @@ def run_bench(
                 # Stop the clock before teardown; stop the pipeline first so a
                 # feeder blocked on the stage wakes, then close the feeder.
                 stopped_at = time.perf_counter()
+                result.statistics = pipe.statistics()
                 pipe.stop()
                 if feeder is not None:
                     feeder.close()
@@ -285,7 +349,31 @@ def _run_direct(
     return result
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its reaped children
+    (``getrusage``: microseconds; ``os.times`` where there is none)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _finish(result: BenchResult, tally: _Tally, t1: float, readers: list[Any], decode: Decoder) -> None:
+    result.cpu_seconds = cpu_seconds() - tally.cpu0
+    result.cpus = _cpus()
     result.seconds = max(1e-9, t1 - tally.t0)
     result.payload_bytes = tally.payload
     result.records_per_s = result.records / result.seconds

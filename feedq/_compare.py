@@ -36,9 +36,13 @@ from typing import IO, Any, cast
 
 import numpy as np
 
+from ._bench import cpu_seconds
 from ._schema import Schema
 
-__all__ = ["CompareRow", "Limits", "Measure", "System", "compare", "competitors", "what_they_do"]
+__all__ = [
+    "CompareRow", "Limits", "Measure", "System", "compare", "competitors", "cpu_seconds",
+    "what_they_do",
+]
 
 #: Records of each system's warm-up run (imports, graph tracing), not counted.
 WARMUP_BATCHES = 4
@@ -97,21 +101,6 @@ class CompareRow:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def cpu_seconds() -> float:
-    """User + system CPU time of this process and its reaped children
-    (``getrusage``: microseconds; ``os.times`` where there is none)."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        r = resource.getrusage(who)
-        total += r.ru_utime + r.ru_stime
-    return total
 
 
 def compare(systems: list[System], limits: Limits, repeats: int,

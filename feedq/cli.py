@@ -209,6 +209,7 @@ def _print_table(result: Any, title: str) -> None:
         ("seconds", f"{r.seconds:.2f}"),
         ("records/s", f"{r.records_per_s:,.0f}"),
         ("MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
+        ("CPU seconds (process)", f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
         ("consumer waiting", f"{100 * r.consumer_wait_fraction:.1f} %"),
         ("batch queue fill (mean / max)", f"{100 * r.batch_queue_fill_mean:.0f} % / {100 * r.batch_queue_fill_max:.0f} %"),
         ("filename queue fill (mean)", f"{100 * r.filename_queue_fill_mean:.0f} %"),
@@ -220,6 +221,20 @@ def _print_table(result: Any, title: str) -> None:
     click.echo(title)
     for k, v in rows:
         click.echo(f"  {k.ljust(width)}  {v}")
+
+
+def _print_stages(result: Any) -> None:
+    """The per-stage table (``feedq.format_report``) and the verdict, in the
+    bench pipeline's terms (``feedq._bench.verdict_line``)."""
+    from ._bench import verdict_line
+    from .pipeline import format_report
+
+    click.echo("")
+    if result.statistics is not None:
+        lines = format_report(result.statistics).splitlines()
+        for line in lines[:-1] if lines[-1].startswith("bottleneck:") else lines:
+            click.echo(f"  {line}" if line else "")
+    click.echo(verdict_line(result))
 
 
 def _progress_printer(enabled: bool) -> Any:
@@ -333,6 +348,7 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
             click.echo(json.dumps(out, indent=2))
         else:
             _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
+            _print_stages(result)
             if compare:
                 from ._compare import render, what_they_do
 
@@ -433,7 +449,7 @@ def demo(folder: str | None, duration: float, records: int, batch_size: int, pro
 
 
 def _demo(root: Path, duration: float, records: int, batch_size: int, progress: bool) -> int:
-    from ._bench import run_bench
+    from ._bench import run_bench, verdict_line
     from ._schema import infer_schema
 
     click.echo(f"feedq demo: writing {records:,} sample records per format to {root}")
@@ -455,6 +471,7 @@ def _demo(root: Path, duration: float, records: int, batch_size: int, progress: 
         result.extra["train steps"] = f"{model.steps_by.get(fmt, 0):,}"
         _print_table(result, f"\n{fmt}: string_input_producer -> 2 readers -> shuffle_batch({batch_size}) "
                              "-> device feeder (cpu) -> model")
+        click.echo(verdict_line(result))
         if result.stopped_by == "interrupted":
             code = 130
             break
