@@ -98,7 +98,10 @@ def verdict_line(result: BenchResult) -> str:
         who = "the consumer (" + ("the model" if result.extra.get("train steps") else
                                   "the device feeder" if "device" in result.extra else
                                   "this measuring loop") + ")"
-        return f"bottleneck: none in the pipeline: {who} is the limit; {reason}"
+        why = reason.removeprefix("the consumer is the limit").strip()
+        if why.startswith("(") and why.endswith(")"):
+            why = why[1:-1]
+        return f"bottleneck: none in the pipeline: {who} is the limit: {why}"
     if kinds.get(b.stage) == "batcher":
         n = threads.get(b.stage, 1)
         used = result.cpu_seconds / result.seconds if result.seconds > 0 else 0.0
