@@ -124,3 +124,13 @@ def test_help_says_what_each_loader_does() -> None:
                   "parse_example", "decode_raw", "DataLoader with 0 and 2 workers",
                   "IterableDataset", "--repeats"):
         assert words in text, words
+
+
+def test_parquet_has_no_tf_data_row_but_dataloader_reads_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    make_dataset(tmp_path / "pq", "parquet", 400, files=2)
+    out = bench_json(str(tmp_path / "pq"), "--compare", "--repeats", "1")
+    rows = {r["system"]: r for r in out["compare"]}
+    assert rows["tf.data"]["status"] == "not supported: TensorFlow has no Parquet dataset"
+    for name in LOADERS[2:]:
+        assert rows[name]["records"] == 400 and rows[name]["payload_bytes"] == out["payload_bytes"]
