@@ -104,13 +104,7 @@ def verdict_line(result: BenchResult) -> str:
         return f"bottleneck: none in the pipeline: {who} is the limit: {why}"
     if kinds.get(b.stage) == "batcher":
         n = threads.get(b.stage, 1)
-        used = result.cpu_seconds / result.seconds if result.seconds > 0 else 0.0
-        if used < result.cpus - 0.5:
-            hint = (f"the process used {used:.1f} of {result.cpus} CPUs: more --readers or "
-                    "--threads may help (unless other processes hold the CPUs or the disk is slow)")
-        else:
-            hint = (f"the process used {used:.1f} of {result.cpus} CPUs: more readers will not "
-                    "help here, cheaper decoding would")
+        hint = _readers_hint(result, stats, b.stage)
         return (f"bottleneck: the readers (read_block + decode, {n} thread{'s' if n != 1 else ''} "
                 f"feeding {b.stage!r}): {reason}; {hint}")
     if kinds.get(b.stage) == "producer":
@@ -350,6 +344,22 @@ def _run_direct(
         result.stopped_by = "interrupted"
     _finish(result, tally, time.perf_counter(), [reader], decode)
     return result
+
+
+def _readers_hint(result: BenchResult, stats: PipelineStatistics, stage: str) -> str:
+    """Whether more reader threads can help, from the CPU time the process
+    used and the time the readers' threads were busy."""
+    used = result.cpu_seconds / result.seconds if result.seconds > 0 else 0.0
+    busy_s = sum(s.busy_s for s in stats.stages if s.name == stage)
+    busy = busy_s / stats.elapsed if stats.elapsed > 0 else 0.0
+    figures = (f"the reader threads were busy {busy:.1f} thread-s/s, the process used {used:.1f} "
+               f"of {result.cpus} CPUs")
+    if busy > used + 0.5:
+        return (f"{figures}: busy threads waited for the GIL or for CPUs other processes held; "
+                "more readers will not help, cheaper decoding would")
+    if used < result.cpus - 0.5:
+        return f"{figures}: more --readers or --threads can help"
+    return f"{figures}: every CPU is busy; cheaper decoding would help, more readers not"
 
 
 def cpu_seconds() -> float:
