@@ -104,31 +104,62 @@ class CompareRow:
 
 
 def compare(systems: list[System], limits: Limits, repeats: int,
-            progress: Callable[[str], None] | None = None) -> list[CompareRow]:
+            progress: Callable[[str], None] | None = None) -> tuple[list[CompareRow], bool]:
     """Warm each available system up, then run them in turn ``repeats``
-    times; the rows (medians), the first system being the reference."""
-    live = [s for s in systems if s.run is not None]
+    times; the rows (medians; the first system is the reference of the
+    ratios), and whether Ctrl-C ended the rounds early (the rows then hold
+    what was measured).
+
+    A competitor that raises (a corrupt record that feedq skips with
+    ``on_error="skip"``, say) becomes a row ``failed: <error>`` and runs no
+    more; the first system's errors propagate.
+    """
+    first = systems[0] if systems else None
+
+    def attempt(s: System, lim: Limits) -> Measure | None:
+        assert s.run is not None
+        try:
+            return s.run(lim)
+        except Exception as exc:
+            if s is first:
+                raise
+            text = (str(exc).strip().splitlines() or [""])[0]
+            text = text if len(text) <= 200 else text[:197] + "..."
+            s.unavailable = f"failed: {type(exc).__name__}: {text}".rstrip(": ")
+            s.run = None
+            s.measures.clear()
+            if progress is not None:
+                progress(f"{s.name}: {s.unavailable}")
+            return None
+
     warm = Limits(limits.batch_size, 1, limits.duration, WARMUP_BATCHES * limits.batch_size,
                   limits.readers)
-    for s in live:
-        if progress is not None:
-            progress(f"warm-up: {s.name}")
-        assert s.run is not None
-        s.run(warm)
-    for r in range(repeats):
-        for s in live:
-            assert s.run is not None
-            m = s.run(limits)
-            s.measures.append(m)
-            if progress is not None:
-                progress(f"round {r + 1}/{repeats}: {s.name}: {m.records:,} records, "
-                         f"{m.records / max(m.seconds, 1e-9):,.0f} rec/s")
+    interrupted = False
+    try:
+        for s in systems:
+            if s.run is not None:
+                if progress is not None:
+                    progress(f"warm-up: {s.name}")
+                attempt(s, warm)
+        for r in range(repeats):
+            for s in systems:
+                if s.run is None:
+                    continue
+                m = attempt(s, limits)
+                if m is None:
+                    continue
+                s.measures.append(m)
+                if progress is not None:
+                    progress(f"round {r + 1}/{repeats}: {s.name}: {m.records:,} records, "
+                             f"{m.records / max(m.seconds, 1e-9):,.0f} rec/s")
+    except KeyboardInterrupt:
+        interrupted = True
     rows = [_row(s) for s in systems]
     ref = rows[0].records_per_s if rows and rows[0].runs else 0.0
     for row in rows:
         if row.runs and row.records_per_s > 0 and ref > 0:
             row.ratio = ref / row.records_per_s
-    return rows
+    return rows, interrupted
 
 
 def _row(s: System) -> CompareRow:

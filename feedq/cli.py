@@ -382,9 +382,16 @@ def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, rea
     systems = [System("feedq", what, feedq_run), *competitors(files, schema, batch_size=batch_size,
                                                                 readers=readers)]
     limits = Limits(batch_size, epochs, duration, max_records, readers)
-    rows = compare(systems, limits, repeats, progress=None if show is None else show.message)
-    measured = sorted(results[1:], key=lambda r: r.records_per_s)  # results[0]: the warm-up
-    return measured[len(measured) // 2], rows
+    rows, interrupted = compare(systems, limits, repeats,
+                                progress=None if show is None else show.message)
+    # results[0] is the warm-up run: shown only when Ctrl-C came before any other.
+    measured = sorted(results[1:] or results, key=lambda r: r.records_per_s)
+    if not measured:
+        raise KeyboardInterrupt
+    result = measured[len(measured) // 2]
+    if interrupted:
+        result.stopped_by = "interrupted"
+    return result, rows
 
 
 def _expand(paths: list[str]) -> list[str]:

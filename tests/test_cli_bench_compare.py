@@ -134,3 +134,44 @@ def test_parquet_has_no_tf_data_row_but_dataloader_reads_it(tmp_path: Path) -> N
     assert rows["tf.data"]["status"] == "not supported: TensorFlow has no Parquet dataset"
     for name in LOADERS[2:]:
         assert rows[name]["records"] == 400 and rows[name]["payload_bytes"] == out["payload_bytes"]
+
+
+def test_a_loader_that_fails_is_a_row_saying_why(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("torch")
+    paths = make_dataset(tmp_path / "csv", "csv", 400, files=2, layout="realistic")
+    with open(paths[0], "a") as f:
+        f.write("1,2,oops\n")  # a malformed row: feedq skips it with --on-error skip
+    out = bench_json(str(tmp_path / "csv"), "--compare", "--repeats", "1", "--on-error", "skip")
+    rows = {r["system"]: r for r in out["compare"]}
+    assert out["records"] == 400 and out["skipped_errors"] == 1
+    assert rows["feedq"]["status"] == "ok"
+    assert rows["tf.data"]["status"].startswith("failed: InvalidArgumentError: ")
+    assert rows["DataLoader, 0 workers"]["status"] == (
+        "failed: ValueError: 3 fields, expected 10: '1,2,oops'")
+    assert rows["DataLoader, 2 workers"]["status"].startswith("failed: ValueError: ")
+    for name in LOADERS[1:]:
+        assert rows[name]["runs"] == 0 and rows[name]["ratio"] is None
+
+
+def test_ctrl_c_ends_the_rounds_and_shows_what_was_measured(
+        data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import feedq._compare as compare
+
+    calls = []
+
+    def run(limits: compare.Limits) -> compare.Measure:
+        calls.append(limits)
+        if len(calls) == 3:  # warm-up, round 1, then Ctrl-C in round 2
+            raise KeyboardInterrupt
+        return compare.Measure(limits.max_records or 600, 1000, 0.5, 0.25)
+
+    fake = compare.System("fake", "a fake loader", run)
+    monkeypatch.setattr(compare, "competitors", lambda *a, **k: [fake])
+    res = bench(str(data / "fixed"), "--compare", "--repeats", "3", "--json", "--no-progress")
+    assert res.exit_code == 130, res.output
+    out = json.loads(res.stdout)
+    assert out["stopped_by"] == "interrupted" and out["records"] == 600
+    feedq_row, fake_row = out["compare"]
+    assert feedq_row["runs"] == 2 and fake_row["runs"] == 1
+    assert fake_row["records_per_s"] == 1200.0 and fake_row["cpu_s"] == 0.25
