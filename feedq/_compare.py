@@ -24,9 +24,12 @@ user + system time, with reaped children's (DataLoader workers) included.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
+import itertools
 import os
+import random
 import statistics
 import time
 import zlib
@@ -58,6 +61,10 @@ class Limits:
     duration: float | None = None
     max_records: int | None = None
     readers: int = 2
+    #: Records a shuffle buffer holds (0: no shuffling; file order is
+    #: shuffled too). feedq's shuffle_batch keeps ``--min-after-dequeue``.
+    shuffle_buffer: int = 0
+    seed: int = 0
 
 
 @dataclass
@@ -132,8 +139,8 @@ def compare(systems: list[System], limits: Limits, repeats: int,
                 progress(f"{s.name}: {s.unavailable}")
             return None
 
-    warm = Limits(limits.batch_size, 1, limits.duration, WARMUP_BATCHES * limits.batch_size,
-                  limits.readers)
+    warm = dataclasses.replace(limits, epochs=1,
+                               max_records=WARMUP_BATCHES * limits.batch_size)
     interrupted = False
     try:
         for s in systems:
@@ -210,16 +217,21 @@ def timed(batches: Callable[[], Iterator[tuple[int, int]]], limits: Limits) -> M
 # -- what each competitor does ----------------------------------------------------------------
 
 
-def what_they_do(schema: Schema, batch_size: int, readers: int) -> dict[str, str]:
-    """One line per competitor, for ``--help`` and the output."""
+def what_they_do(schema: Schema, batch_size: int, readers: int,
+                 shuffle_buffer: int = 0) -> dict[str, str]:
+    """One line per competitor, for the output."""
     fmt = schema.fmt
     tf_src = {"tfrecord": "TFRecordDataset", "csv": "TextLineDataset", "lines": "TextLineDataset",
               "fixed": "FixedLengthRecordDataset"}.get(fmt, "none")
+    files = "shuffled file names -> " if shuffle_buffer else ""
+    tf_shuffle = f".shuffle({shuffle_buffer})" if shuffle_buffer else ""
+    py_shuffle = (f", shuffled file order and a shuffle buffer of {shuffle_buffer:,} records"
+                  if shuffle_buffer else "")
     return {
-        "tf.data": f"{tf_src}(num_parallel_reads={readers}).batch({batch_size})"
+        "tf.data": f"{files}{tf_src}(num_parallel_reads={readers}){tf_shuffle}.batch({batch_size})"
                    f".map({_tf_parse_name(schema)}, AUTOTUNE).prefetch(AUTOTUNE), as NumPy",
-        "DataLoader": f"IterableDataset reading records in Python, each {_py_parse_name(schema)}; "
-                      f"DataLoader(batch_size={batch_size}, "
+        "DataLoader": f"IterableDataset reading records in Python, each {_py_parse_name(schema)}"
+                      f"{py_shuffle}; DataLoader(batch_size={batch_size}, "
                       "collate_fn: stack with the schema's dtypes)",
     }
 
@@ -247,9 +259,9 @@ def _py_parse_name(schema: Schema) -> str:
 
 
 def competitors(files: list[str], schema: Schema, *, batch_size: int, readers: int,
-                workers: tuple[int, ...] = (0, 2)) -> list[System]:
+                workers: tuple[int, ...] = (0, 2), shuffle_buffer: int = 0) -> list[System]:
     """tf.data and one DataLoader per worker count, or rows saying why not."""
-    what = what_they_do(schema, batch_size, readers)
+    what = what_they_do(schema, batch_size, readers, shuffle_buffer)
     out = [_tf_system(files, schema, what["tf.data"])]
     for w in workers:
         out.append(_torch_system(files, schema, w, what["DataLoader"]))
@@ -294,28 +306,35 @@ def _tf_batches(tf: Any, files: list[str], schema: Schema, limits: Limits,
                 cache: dict[Any, Any]) -> Iterator[tuple[int, int]]:
     """One pass over the dataset; the dataset is built (and its map traced)
     once per ``limits``, as a user iterates one dataset epoch after epoch."""
-    key = (limits.batch_size, limits.readers)
+    key = (limits.batch_size, limits.readers, limits.shuffle_buffer, limits.seed)
     if key not in cache:
         cache.clear()
-        cache[key] = _tf_dataset(tf, files, schema, limits.batch_size, limits.readers)
+        cache[key] = _tf_dataset(tf, files, schema, limits)
     for cols, nbytes in cache[key].as_numpy_iterator():
         yield len(cols[0]), int(nbytes)
 
 
-def _tf_dataset(tf: Any, files: list[str], schema: Schema, batch_size: int, readers: int) -> Any:
+def _tf_dataset(tf: Any, files: list[str], schema: Schema, limits: Limits) -> Any:
     comp = schema.compression or ""
     fmt = schema.fmt
+    readers, buffer = limits.readers, limits.shuffle_buffer
+    names = tf.data.Dataset.from_tensor_slices(files)
+    if buffer:  # a new file order each epoch, as string_input_producer(shuffle=True)
+        names = names.shuffle(len(files), seed=limits.seed)
     if fmt == "tfrecord":
-        ds = tf.data.TFRecordDataset(files, compression_type=comp, num_parallel_reads=readers)
+        ds = tf.data.TFRecordDataset(names, compression_type=comp, num_parallel_reads=readers)
     elif fmt == "fixed":
-        ds = tf.data.FixedLengthRecordDataset(files, schema.record_bytes or 132,
+        ds = tf.data.FixedLengthRecordDataset(names, schema.record_bytes or 132,
                                               compression_type=comp,
                                               num_parallel_reads=readers)
     else:  # csv, lines
         skip = schema.skip_header_lines
-        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+        ds = names.interleave(
             lambda f: tf.data.TextLineDataset(f, compression_type=comp).skip(skip),
             cycle_length=readers, num_parallel_calls=readers)
+    if buffer:
+        ds = ds.shuffle(buffer, seed=limits.seed)
+    batch_size = limits.batch_size
     parse = _tf_parse(tf, schema)
 
     def both(values: Any) -> Any:
@@ -376,7 +395,9 @@ def _torch_batches(files: list[str], schema: Schema, workers: int,
                    limits: Limits) -> Iterator[tuple[int, int]]:
     import torch.utils.data
 
-    dataset = _torch_dataset_class()(files, schema)
+    # A new seed each epoch (each call), the same one in every worker.
+    seed = random.Random(f"{limits.seed}/{next(_EPOCHS)}").randrange(2**32)
+    dataset = _torch_dataset_class()(files, schema, limits.shuffle_buffer, seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=limits.batch_size,
                                          num_workers=workers, collate_fn=Collate(schema))
     it = iter(loader)
@@ -392,19 +413,44 @@ def _torch_batches(files: list[str], schema: Schema, workers: int,
 class Records:
     """Per-record reading and decoding in Python, as a DataLoader user writes
     it: ``iter(Records(files, schema))`` yields ``(*columns, payload bytes)``;
-    in a DataLoader worker, only that worker's share of the files."""
+    in a DataLoader worker, only that worker's share of the files. With
+    ``shuffle_buffer``, the file order is shuffled (by ``seed``, the same in
+    every worker) and records pass through a shuffle buffer of that size."""
 
-    def __init__(self, files: list[str], schema: Schema) -> None:
+    def __init__(self, files: list[str], schema: Schema, shuffle_buffer: int = 0,
+                 seed: int = 0) -> None:
         self.files = files
         self.schema = schema
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         import torch.utils.data
 
         info = torch.utils.data.get_worker_info()
-        mine = self.files if info is None else self.files[info.id :: info.num_workers]
+        files = list(self.files)
+        rng = random.Random(f"{self.seed}/{0 if info is None else info.id}")
+        if self.shuffle_buffer:
+            random.Random(self.seed).shuffle(files)  # the same order in every worker
+        mine = files if info is None else files[info.id :: info.num_workers]
+        records = self._records(mine)
+        if not self.shuffle_buffer:
+            yield from records
+            return
+        buffer: list[tuple[Any, ...]] = []
+        for rec in records:
+            if len(buffer) < self.shuffle_buffer:
+                buffer.append(rec)
+                continue
+            i = rng.randrange(len(buffer))
+            yield buffer[i]
+            buffer[i] = rec
+        rng.shuffle(buffer)
+        yield from buffer
+
+    def _records(self, files: list[str]) -> Iterator[tuple[Any, ...]]:
         decode = _py_decoder(self.schema)
-        for path in mine:
+        for path in files:
             if self.schema.fmt == "parquet":
                 yield from _parquet_rows(path, self.schema)
                 continue
@@ -413,6 +459,7 @@ class Records:
 
 
 _DATASET_CLASS: list[type] = []
+_EPOCHS = itertools.count()
 
 
 def _torch_dataset_class() -> type:

@@ -254,7 +254,8 @@ _COMPARE_HELP = (
     "IterableDataset reading and decoding each record in Python: protobuf Example parse, typed CSV "
     "fields, np.frombuffer; a collate_fn stacking the schema's dtypes); the runs alternate. Prints "
     "records/s, MB/s, CPU seconds and feedq's speed-up over each; a loader that is not installed "
-    "says so.")
+    "says so. With --shuffle, each shuffles the file order and keeps a shuffle buffer of "
+    "--min-after-dequeue + --batch-size records.")
 
 
 @main.command(context_settings=CONTEXT, epilog="""\b
@@ -323,9 +324,8 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
         policy = cast(OnError, on_error)
         schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
         _check_device(device)
-        if compare and (shuffle or device):
-            raise click.UsageError("--compare reads the files in order, on the host: drop "
-                                   f"{'--shuffle' if shuffle else '--device'}")
+        if compare and device:
+            raise click.UsageError("--compare delivers batches on the host: drop --device")
         show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
         run = functools.partial(run_bench, files, schema, batch_size=batch_size, readers=readers,
                                 threads=threads, shuffle=shuffle,
@@ -334,9 +334,11 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
                                 device=device, block_records=block_records, direct=direct)
         rows: list[Any] = []
         if compare:
-            result, rows = _compare_runs(run, files, schema, readers=readers, batch_size=batch_size,
-                                         epochs=epochs, duration=duration, max_records=max_records,
-                                         repeats=repeats, show=show)
+            buffer = min_after_dequeue + batch_size if shuffle else 0
+            result, rows = _compare_runs(run, files, schema, readers=readers,
+                                         batch_size=batch_size, epochs=epochs, duration=duration,
+                                         max_records=max_records, repeats=repeats, show=show,
+                                         shuffle_buffer=buffer)
         else:
             result = run(progress=show)
             if show is not None:
@@ -353,7 +355,9 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
                 from ._compare import render, what_they_do
 
                 click.echo("")
-                for line in render(rows, repeats, what_they_do(schema, batch_size, readers)):
+                notes = what_they_do(schema, batch_size, readers,
+                                     min_after_dequeue + batch_size if shuffle else 0)
+                for line in render(rows, repeats, notes):
                     click.echo(line)
         return 130 if result.stopped_by == "interrupted" else 0
 
@@ -362,7 +366,7 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
 
 def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, readers: int,
                   batch_size: int, epochs: int, duration: float | None, max_records: int | None,
-                  repeats: int, show: Any) -> tuple[Any, list[Any]]:
+                  repeats: int, show: Any, shuffle_buffer: int) -> tuple[Any, list[Any]]:
     """feedq's run beside tf.data and DataLoader, alternating; feedq's median
     run (by records/s) and the comparison rows."""
     from ._compare import Limits, Measure, System, compare, competitors, cpu_seconds
@@ -379,9 +383,10 @@ def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, rea
         return Measure(r.records, r.payload_bytes, wall, cpu)
 
     what = f"this pipeline ({readers} reader{'s' if readers != 1 else ''}, batches of {batch_size})"
-    systems = [System("feedq", what, feedq_run), *competitors(files, schema, batch_size=batch_size,
-                                                                readers=readers)]
-    limits = Limits(batch_size, epochs, duration, max_records, readers)
+    others = competitors(files, schema, batch_size=batch_size, readers=readers,
+                         shuffle_buffer=shuffle_buffer)
+    systems = [System("feedq", what, feedq_run), *others]
+    limits = Limits(batch_size, epochs, duration, max_records, readers, shuffle_buffer)
     rows, interrupted = compare(systems, limits, repeats,
                                 progress=None if show is None else show.message)
     # results[0] is the warm-up run: shown only when Ctrl-C came before any other.

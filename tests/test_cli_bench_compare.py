@@ -112,9 +112,24 @@ def test_a_loader_not_installed_is_a_row_saying_so(data: Path,
     assert "tf.data                not installed (pip install tensorflow)" in res.stdout
 
 
-def test_compare_refuses_shuffle_and_devices(data: Path) -> None:
-    res = CliRunner().invoke(main, ["bench", str(data / "fixed"), "--compare", "--shuffle"])
-    assert res.exit_code == 2 and "--compare reads the files in order" in res.output
+def test_compare_refuses_a_device(data: Path) -> None:
+    res = CliRunner().invoke(main, ["bench", str(data / "fixed"), "--compare", "--device", "cpu"])
+    assert res.exit_code == 2 and "--compare delivers batches on the host" in res.output
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "csv"])
+def test_shuffle_and_epochs_apply_to_every_loader(data: Path, fmt: str) -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("torch")
+    out = bench_json(str(data / fmt), "--compare", "--repeats", "1", "--shuffle",
+                     "--min-after-dequeue", "100", "--epochs", "2", "--batch-size", "50")
+    assert out["records"] == 1200
+    for r in out["compare"]:
+        assert r["records"] == 1200 and r["payload_bytes"] == out["payload_bytes"], r
+    res = bench(str(data / fmt), "--compare", "--repeats", "1", "--shuffle", "--min-after-dequeue",
+                "100", "--batch-size", "50", "--no-progress")
+    assert ".shuffle(150).batch(50)" in res.stdout
+    assert "shuffled file order and a shuffle buffer of 150 records" in res.stdout
 
 
 def test_help_says_what_each_loader_does() -> None:
