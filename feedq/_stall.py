@@ -98,7 +98,7 @@ class Monitor:
         self.report_every = report_every
         periods = [p for p in (None if stall_timeout is None else stall_timeout / 4, report_every)
                    if p is not None]
-        self._tick = max(0.01, min(periods)) if periods else 1.0
+        self._tick = max(0.01, min([*periods, 1.0]))
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"feedq-monitor-{next(_ids)}", daemon=True)
@@ -119,6 +119,8 @@ class Monitor:
     def _run(self) -> None:
         next_report = None if self.report_every is None else time.monotonic() + self.report_every
         while not self._stop.wait(self._tick):
+            if self._pipe.coord.should_stop():
+                return  # stopping: nothing more to report
             now = time.monotonic()
             try:
                 if next_report is not None and now >= next_report:
@@ -138,7 +140,7 @@ class Monitor:
             t = q._timing()
             sig.extend((t[2], t[3]))  # enqueued, dequeued
         for r, _kind in parts.runners:
-            sig.append(sum(a.ops for a in r._time_accounts()))
+            sig.append(r.statistics().ops_run)
         for stage, _name in parts.process:
             sig.append(int(stage._takes))
             sig.extend(h.received for h in list(stage._handles))
@@ -175,6 +177,7 @@ class Monitor:
         lines: list[str] = []
         idents: list[int] = []
         feeders: dict[int, list[Any]] = {}
+        busy: list[int] = []
         for r, _kind in parts.runners:
             feeders.setdefault(id(r.queue), []).append(r)
         for q in parts.queues:
@@ -190,8 +193,15 @@ class Monitor:
                     what = (f"enqueue of {n} element(s) on full queue {q.name!r} "
                             f"(size {size}/{cap}; {_consumers_text(takers, q, parts)})")
                 else:
+                    fed_by = feeders.get(id(q), [])
                     what = (f"dequeue of {n} element(s) on empty queue {q.name!r} "
-                            f"(size {size}/{cap}; {_feeders_text(feeders.get(id(q), []))})")
+                            f"(size {size}/{cap}; {_feeders_text(fed_by, now)})")
+                    # A feeding thread busy in its op (a read that hangs)
+                    # is where to look: its stack goes in too.
+                    for r in fed_by:
+                        for acc in r._time_accounts():
+                            if acc.op_since is not None and acc.wait_since is None:
+                                busy.append(acc.ident)
                 lines.append(f"  {who} blocked {waited:.2f} s in {what}")
                 if ident not in idents:
                     idents.append(ident)
@@ -207,12 +217,13 @@ class Monitor:
                 idents.append(ident)
         if not lines:
             return None
+        idents.extend(i for i in dict.fromkeys(busy) if i not in idents)
         idle = [r.name for r, _k in parts.runners if not r.started]
         if idle:
             lines.append("  runners never started: " + ", ".join(repr(n) for n in idle))
         head = (f"feedq pipeline stalled: nothing moved for {still:.2f} s "
                 f"(stall_timeout={limit:g} s); blocked:")
-        out = [head, *lines, "Stacks of the blocked threads:"]
+        out = [head, *lines, "Stacks of the blocked threads (and of busy threads feeding them):"]
         frames = sys._current_frames()
         for ident in idents:
             frame = frames.get(ident)
@@ -225,7 +236,7 @@ class Monitor:
         return "\n".join(out)
 
 
-def _feeders_text(runners: list[Any]) -> str:
+def _feeders_text(runners: list[Any], now: float) -> str:
     if not runners:
         return "no runner of the pipeline fills it"
     parts = []
@@ -234,11 +245,15 @@ def _feeders_text(runners: list[Any]) -> str:
             parts.append(f"its runner {r.name!r} was never started")
             continue
         alive = r.statistics().threads_alive
-        waiting = [a for a in r._time_accounts() if a.wait_since is not None]
-        state = f"{alive} thread(s) alive"
-        if waiting:
-            state += f", {len(waiting)} blocked on their own input/output"
-        parts.append(f"fed by runner {r.name!r}: {state}")
+        states = []
+        for acc in r._time_accounts():
+            if acc.wait_since is not None:
+                side = "output" if acc.wait_output else "input"
+                states.append(f"{acc.name!r} blocked on its {side} {now - acc.wait_since:.2f} s")
+            elif acc.op_since is not None:
+                states.append(f"{acc.name!r} busy in its op for {now - acc.op_since:.2f} s")
+        detail = f": {'; '.join(states)}" if states and alive else ""
+        parts.append(f"fed by runner {r.name!r}, {alive} thread(s) alive{detail}")
     return "; ".join(parts)
 
 

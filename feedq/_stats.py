@@ -234,11 +234,11 @@ def _row_bytes(q: Any) -> float:
     return total
 
 
-def stage_timing(runner: Any, kind: str, perf_now: float) -> StageTiming:
+def stage_timing(runner: Any, kind: str, now: float) -> StageTiming:
     """A runner's threads' time (``feedq._waits`` accounts) and its output."""
     busy = in_s = out_s = 0.0
     for acc in runner._time_accounts():
-        op_s, i, o = acc.snapshot(perf_now)
+        op_s, i, o = acc.snapshot(now)
         in_s += i
         out_s += o
         busy += max(0.0, op_s - i - o)
@@ -296,8 +296,8 @@ def collect(
         process: ``(process stage, name)`` pairs; the last one's takes are
             the consumer's when ``output_queue`` is ``None``.
     """
-    now, perf_now = time.monotonic(), time.perf_counter()
-    stages = [stage_timing(r, kind, perf_now) for r, kind in runners]
+    now = time.monotonic()
+    stages = [stage_timing(r, kind, now) for r, kind in runners]
     consumer = ConsumerTiming(0, 0, 0.0, 1.0)
     for stage, name in process:
         timing, consumer_p = process_timing(stage, name)
@@ -381,14 +381,6 @@ def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTim
 # -- the table ------------------------------------------------------------------------------
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover - the loop returns
-
-
 def format_report(stats: PipelineStatistics) -> str:
     """The per-stage table, the queue table, the consumer line and the verdict.
 
@@ -396,8 +388,10 @@ def format_report(stats: PipelineStatistics) -> str:
     thread; ``rec/s`` and ``MiB/s`` are over the elapsed time.
     """
     el = stats.elapsed
+    names = [s.name for s in stats.stages] + [q.name for q in stats.queues]
+    w = min(48, max([12, *map(len, names)]))
     lines = [f"pipeline statistics after {el:.2f} s"]
-    header = (f"{'stage':<28} {'kind':<9} {'thr':>3} {'busy':>6} {'in wait':>8} "
+    header = (f"{'stage':<{w}} {'kind':<9} {'thr':>3} {'busy':>6} {'in wait':>8} "
               f"{'out wait':>8} {'records':>10} {'rec/s':>10} {'MiB/s':>8}")
     lines.append(header)
     lines.append("-" * len(header))
@@ -406,10 +400,10 @@ def format_report(stats: PipelineStatistics) -> str:
         rate = s.records_out / el if el > 0 else 0.0
         mib = s.bytes_out / el / 2**20 if el > 0 else 0.0
         lines.append(
-            f"{_clip(s.name, 28):<28} {s.kind:<9} {s.threads:>3} {_pct(busy):>6} {_pct(inp):>8} "
+            f"{_clip(s.name, w):<{w}} {s.kind:<9} {s.threads:>3} {_pct(busy):>6} {_pct(inp):>8} "
             f"{_pct(out):>8} {s.records_out:>10} {rate:>10.1f} {mib:>8.2f}")
     if stats.queues:
-        qheader = (f"{'queue':<28} {'size':>10} {'mean fill':>9} {'max fill':>8} "
+        qheader = (f"{'queue':<{w}} {'size':>11} {'mean fill':>9} {'max fill':>8} "
                    f"{'enq wait s':>10} {'deq wait s':>10}")
         lines.append("")
         lines.append(qheader)
@@ -418,7 +412,7 @@ def format_report(stats: PipelineStatistics) -> str:
             cap = "inf" if q.capacity < 0 else str(q.capacity)
             size = f"{q.size}/{cap}"
             lines.append(
-                f"{_clip(q.name, 28):<28} {size:>10} {_pct(q.mean_fill):>9} "
+                f"{_clip(q.name, w):<{w}} {size:>11} {_pct(q.mean_fill):>9} "
                 f"{_pct(q.max_fill):>8} {q.enqueue_wait_s:>10.3f} {q.dequeue_wait_s:>10.3f}")
     c = stats.consumer
     lines.append("")

@@ -10,8 +10,8 @@ waiting is *busy* time (reading, decoding, copying).
 This sits below every package (it imports nothing from feedq), like
 ``feedq._scope``, so the queues can report to it without importing the
 runners or the pipeline above them. Accounting is per block, not per
-record: one ``perf_counter`` pair per op call and per wait, nothing on the
-paths that do not wait.
+record: one pair of ``time.monotonic()`` reads per op call and per wait,
+nothing on the paths that do not wait.
 
 Fields are written only by their thread and read by others without a lock:
 a reader sees a value a moment old, never a torn one (floats and ints are
@@ -21,30 +21,47 @@ replaced whole under the GIL).
 from __future__ import annotations
 
 import threading
-import time
 
-__all__ = ["Account", "close_account", "current_account", "open_account"]
+__all__ = [
+    "Account", "close_account", "current_account", "open_account", "set_enabled", "timing_enabled",
+]
 
 _local = threading.local()
+# Runner threads started while this is False keep no account (their stage
+# shows zero times): only for measuring what the accounting costs
+# (benchmarks/stats_overhead.py). The queues' own counters stay on.
+_enabled = True
+
+
+def set_enabled(on: bool) -> bool:
+    """Turn per-thread accounting of runner threads started from now on
+    on or off; returns the previous setting."""
+    global _enabled
+    previous, _enabled = _enabled, bool(on)
+    return previous
+
+
+def timing_enabled() -> bool:
+    """Whether runner threads started now keep an account."""
+    return _enabled
 
 
 class Account:
-    """Where one thread's time went (seconds, from ``time.perf_counter``).
+    """Where one thread's time went (seconds, from ``time.monotonic``).
 
     Attributes:
         ident: the thread's ``threading.get_ident()``.
         name: the thread's name.
         op_s: time inside finished op calls.
-        op_since: ``perf_counter`` at the start of the op running now, or
+        op_since: ``time.monotonic()`` at the start of the op running now, or
             ``None`` between ops.
         input_s, output_s: finished waits in dequeues / enqueues.
         wait_since: start of the wait in progress, or ``None``.
         wait_output: whether the wait in progress is an enqueue's.
-        ops: op calls finished.
     """
 
     __slots__ = (
-        "ident", "input_s", "name", "op_s", "op_since", "ops", "output_s", "wait_output",
+        "ident", "input_s", "name", "op_s", "op_since", "output_s", "wait_output",
         "wait_since",
     )
 
@@ -57,22 +74,19 @@ class Account:
         self.output_s = 0.0
         self.wait_since: float | None = None
         self.wait_output = False
-        self.ops = 0
 
-    def begin_wait(self, output: bool) -> float:
-        """A queue call of this thread starts waiting; returns the start time."""
-        now = time.perf_counter()
+    def begin_wait(self, output: bool, since: float) -> None:
+        """A queue call of this thread starts waiting at ``since``
+        (``time.monotonic()``); ``output``: it is an enqueue."""
         self.wait_output = output
-        self.wait_since = now
-        return now
+        self.wait_since = since
 
-    def end_wait(self, started: float) -> None:
-        """The wait begun at ``started`` is over."""
-        dt = time.perf_counter() - started
+    def end_wait(self, waited: float) -> None:
+        """The wait in progress is over after ``waited`` seconds."""
         if self.wait_output:
-            self.output_s += dt
+            self.output_s += waited
         else:
-            self.input_s += dt
+            self.input_s += waited
         self.wait_since = None
 
     def snapshot(self, now: float) -> tuple[float, float, float]:

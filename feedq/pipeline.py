@@ -203,7 +203,9 @@ class _Gate:
             self._waiters += 1
             self._start_watcher()
         account = current_account()  # a runner thread: held back = input wait
-        started = 0.0 if account is None else account.begin_wait(False)
+        started = time.monotonic()
+        if account is not None:
+            account.begin_wait(False, started)
         try:
             while not runner_events.wait_for(self._released, _GATE_RECHECK_SECS):
                 pass
@@ -215,7 +217,7 @@ class _Gate:
             )
         finally:
             if account is not None:
-                account.end_wait(started)
+                account.end_wait(time.monotonic() - started)
             with self._lock:
                 self._waiters -= 1
 

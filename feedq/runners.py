@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._waits import Account, close_account, open_account
+from ._waits import Account, close_account, open_account, timing_enabled
 from .coordinator import Coordinator
 from .errors import CancelledError, FeedqError, OutOfRangeError
 
@@ -378,22 +378,25 @@ class QueueRunner:
         """Body of a runner thread (QR4–QR6)."""
         ended = False
         # Op time, and (added by the queues) time blocked in them: feedq._waits.
-        account = open_account()
-        with self._lock:
-            self._accounts.append(account)
-        clock = time.perf_counter
+        account = open_account() if timing_enabled() else None
+        if account is not None:
+            with self._lock:
+                self._accounts.append(account)
+        clock = time.monotonic
+        started = 0.0
         try:
             while not (coord is not None and coord.should_stop()):
-                account.op_since = started = clock()
+                if account is not None:
+                    account.op_since = started = clock()
                 try:
                     op()
                 except self._queue_closed_exception_types as exc:
                     ended = True
                     self._end_on_closed(exc)
                     return
-                account.op_s += clock() - started
-                account.op_since = None
-                account.ops += 1
+                if account is not None:
+                    account.op_s += clock() - started
+                    account.op_since = None
                 # One lock acquisition per op: ops move blocks, not records,
                 # so this costs little and keeps statistics() exact.
                 with self._lock:
@@ -401,11 +404,12 @@ class QueueRunner:
         except Exception as exc:  # noqa: BLE001 - QR6: any other exception is an error
             self._end_on_error(exc, coord)
         finally:
-            since = account.op_since
-            if since is not None:
-                account.op_s += clock() - since
-                account.op_since = None
-            close_account()
+            if account is not None:
+                since = account.op_since
+                if since is not None:
+                    account.op_s += clock() - since
+                    account.op_since = None
+                close_account()
             # Every thread ends through here, whatever the reason (QR5).
             if not ended:
                 with self._lock:

@@ -226,7 +226,7 @@ def test_deadlocked_enqueue_loop_gives_exactly_one_warning(
     assert "no thread is dequeuing from it" in msg
     assert "thread 'feedq-runner-nobody_reads-0-enqueue_loop'" in msg
     # The blocked thread's Python stack, down to the user's op.
-    assert "Stacks of the blocked threads:" in msg
+    assert "Stacks of the blocked threads" in msg
     assert "in enqueue_loop" in msg and "q.enqueue(next(counter))" in msg
     # Accounting: 2 stored, the third cancelled at exit (nothing else taken).
     assert next(counter) == 3
@@ -256,6 +256,32 @@ def test_consumer_blocked_on_a_never_started_runner_is_reported(
     assert f"thread {threading.current_thread().name!r}" in msg
     assert "q.dequeue(timeout=STALL + 0.8)" in msg
     assert q.size() == 0
+
+
+def test_a_hung_read_is_shown_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
+    # The consumer waits on a queue whose runner is stuck inside its op (a
+    # read that never returns): the report shows that thread busy, and where.
+    caplog.set_level(logging.WARNING, logger="feedq")
+    q = FIFOQueue(2, [np.int64], shapes=[()], name="hung_reader")
+    release = threading.Event()
+
+    def hung_read() -> None:
+        release.wait(10)  # stands for a read blocked in I/O
+        q.enqueue(1)
+
+    with feedq.Pipeline(stall_timeout=STALL) as pipe:
+        pipe.add_runner(QueueRunner(q, [hung_read]))
+        with pytest.raises(feedq.errors.DeadlineExceededError):
+            q.dequeue(timeout=STALL + 0.8)
+        release.set()
+        assert q.dequeue(timeout=5) == 1
+    records = _stall_records(caplog)
+    assert len(records) == 1
+    msg = records[0].getMessage()
+    assert "dequeue of 1 element(s) on empty queue 'hung_reader'" in msg
+    assert "fed by runner 'hung_reader', 1 thread(s) alive: " in msg
+    assert "'feedq-runner-hung_reader-0-hung_read' busy in its op for" in msg
+    assert "in hung_read" in msg and "release.wait(10)" in msg
 
 
 def test_healthy_pipeline_logs_no_stall(caplog: pytest.LogCaptureFixture) -> None:
@@ -347,3 +373,27 @@ def _no_default_stall() -> Iterator[None]:
     previous = feedq.set_stall_timeout(None)
     yield
     feedq.set_stall_timeout(previous)
+
+
+def test_stalled_process_worker_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    from tests import _process_builds as builds
+
+    caplog.set_level(logging.WARNING, logger="feedq")
+    with feedq.Pipeline(stall_timeout=STALL) as pipe:
+        stage = feedq.process_stage(builds.blocked_after_one, 1)
+        assert stage.dequeue(timeout=30).tolist() == [0]
+        pid = stage.pids[0]
+        with pytest.raises(feedq.errors.DeadlineExceededError):
+            stage.dequeue(timeout=STALL + 0.8)  # worker 0 sleeps after one batch
+        stats = pipe.statistics()
+    records = _stall_records(caplog)
+    assert len(records) == 1
+    msg = records[0].getMessage()
+    assert f"waiting for worker 0 (pid {pid}, alive, 1 batches received)" in msg
+    assert "stage.dequeue(timeout=STALL + 0.8)" in msg  # the consumer's stack
+    (timing,) = stats.stages
+    assert (timing.kind, timing.threads, timing.records_out) == ("process", 1, 1)
+    # One batch taken (it waited for the worker to start); the timed-out
+    # call took nothing, but its wait counts.
+    assert (stats.consumer.takes, stats.consumer.waited_takes) == (1, 1)
+    assert stats.consumer.wait_s >= STALL + 0.8

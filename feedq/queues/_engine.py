@@ -267,11 +267,15 @@ class QueueEngine(ElementCodec):
         """Sleep until ``att`` finishes; give up on its deadline or token (lock held)."""
         token = att.cancel
         unsubscribe = None if token is None else token.on_fire(att.wake)
+        # Timing (one clock read each way): the queue's wait totals, the
+        # calling runner thread's account (feedq._waits), and who waits
+        # since when (stall reports).
         output = isinstance(att, _Enqueue)
         account = current_account()
-        started = time.perf_counter() if account is None else account.begin_wait(output)
         att.ident = threading.get_ident()
-        att.since = time.monotonic()
+        att.since = since = time.monotonic()
+        if account is not None:
+            account.begin_wait(output, since)
         try:
             deadline = None if wait is None else time.monotonic() + wait
             remaining: float | None = None
@@ -292,7 +296,7 @@ class QueueEngine(ElementCodec):
         finally:
             if unsubscribe is not None:
                 unsubscribe()
-            waited = time.perf_counter() - started
+            waited = time.monotonic() - since
             if output:
                 self._enq_waits += 1
                 self._enq_wait_s += waited
@@ -300,7 +304,7 @@ class QueueEngine(ElementCodec):
                 self._deq_waits += 1
                 self._deq_wait_s += waited
             if account is not None:
-                account.end_wait(started)
+                account.end_wait(waited)
 
     def _withdraw(self, att: _Enqueue | _Dequeue) -> None:
         """Undo an attempt that will not complete (lock held).
