@@ -8,12 +8,15 @@ loaders a user would otherwise pick, each decoding what feedq decodes.
   variable-length features, ``tf.io.decode_csv`` with the CSV column types,
   ``tf.io.decode_raw``), ``.prefetch(AUTOTUNE)``, batches taken as NumPy.
 * ``DataLoader``: ``torch.utils.data.DataLoader(batch_size=B)`` over an
-  ``IterableDataset`` that reads records in Python (TFRecord framing,
-  text lines, fixed-size reads, pyarrow row batches; the files split over
-  the workers) and decodes each one (protobuf ``Example`` parse with the
+  ``IterableDataset`` that reads records in Python (TFRecord framing with
+  CRCs not checked, text lines, fixed-size reads, pyarrow row batches; the
+  files split over the workers) and decodes each one (protobuf ``Example`` parse with the
   inferred features, the CSV fields to the column types, ``np.frombuffer``),
   and a ``collate_fn`` that stacks the columns with the schema's dtypes
   (padding variable-length ones) into torch tensors; 0 and 2 workers.
+
+With ``--shuffle`` each shuffles the file order and passes records through
+a shuffle buffer (``--min-after-dequeue`` + batch size records).
 
 Runs alternate (feedq, tf.data, DataLoader 0, DataLoader 2, then again) so
 that machine noise hits all alike; each system first has one short warm-up
@@ -250,7 +253,7 @@ def _py_parse_name(schema: Schema) -> str:
     if schema.fmt == "csv":
         return "split into typed fields"
     if schema.fmt == "tfrecord" and schema.features:
-        return "parsed as a protobuf Example"
+        return "parsed as a protobuf Example (CRCs not checked)"
     if schema.fmt == "fixed":
         return "np.frombuffer"
     if schema.fmt == "parquet":

@@ -209,7 +209,8 @@ def _print_table(result: Any, title: str) -> None:
         ("seconds", f"{r.seconds:.2f}"),
         ("records/s", f"{r.records_per_s:,.0f}"),
         ("MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
-        ("CPU seconds (process)", f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
+        ("CPU seconds (process)",
+         f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
         ("consumer waiting", f"{100 * r.consumer_wait_fraction:.1f} %"),
         ("batch queue fill (mean / max)", f"{100 * r.batch_queue_fill_mean:.0f} % / {100 * r.batch_queue_fill_max:.0f} %"),
         ("filename queue fill (mean)", f"{100 * r.filename_queue_fill_mean:.0f} %"),
@@ -249,8 +250,8 @@ def _progress_printer(enabled: bool) -> Any:
 _COMPARE_HELP = (
     "Also read the same files, in this run, through tf.data (TFRecordDataset / TextLineDataset / "
     "FixedLengthRecordDataset with --readers parallel reads, .batch, .map of parse_example / "
-    "decode_csv / decode_raw with the inferred schema, .prefetch) and torch DataLoader with 0 and 2 "
-    "workers (an "
+    "decode_csv / decode_raw with the inferred schema, .prefetch) and torch DataLoader with 0 "
+    "and 2 workers (an "
     "IterableDataset reading and decoding each record in Python: protobuf Example parse, typed CSV "
     "fields, np.frombuffer; a collate_fn stacking the schema's dtypes); the runs alternate. Prints "
     "records/s, MB/s, CPU seconds and feedq's speed-up over each; a loader that is not installed "
@@ -299,7 +300,8 @@ Examples:
                    "as benchmarks/readers.py measures it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--progress/--no-progress", default=None,
-              help="Live figures and queue fill bars on stderr (default: when stderr is a terminal; "
+              help="Live figures and queue fill bars on stderr (default: when stderr is a "
+                   "terminal; "
                    "plain lines every 2 s when it is not).")
 @click.option("--compare", is_flag=True, help=_COMPARE_HELP)
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
