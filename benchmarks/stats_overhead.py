@@ -19,7 +19,8 @@ Pipelines:
 * ``slice``: benchmarks/pipeline.py's ``slice_input_producer`` ->
   ``shuffle_batch(256, num_threads=2)`` over in-memory arrays;
 * ``per-element``: a per-row callable -> ``batch(256)``: one op call and
-  one enqueue per record, the worst case for per-op timing.
+  one enqueue per record, the worst case for per-op timing;
+* ``op loop``: a runner whose op does nothing: the bare per-op cost.
 
 Run: python benchmarks/stats_overhead.py [--records N] [--rounds R]
 """
@@ -46,6 +47,7 @@ from _util import header, table  # noqa: E402
 
 import feedq  # noqa: E402
 from feedq import _waits  # noqa: E402
+from feedq.runners import QueueRunner  # noqa: E402
 
 
 def per_element(rows: int) -> int:
@@ -68,6 +70,22 @@ def per_element(rows: int) -> int:
             seen += xb.shape[0]
     assert seen == rows, (seen, rows)
     return rows
+
+
+def empty_ops(n: int) -> int:
+    """One runner thread calling an op that does nothing, ``n`` times: the
+    per-op cost of the accounting, with nothing to hide it."""
+    q = feedq.FIFOQueue(1, [np.int64], shapes=[()])
+    left = iter(range(n))
+
+    def op() -> None:
+        if next(left, None) is None:
+            raise feedq.errors.OutOfRangeError("end")
+
+    runner = QueueRunner(q, [op])
+    for t in runner.create_threads(start=True):
+        t.join()
+    return n
 
 
 def measure(fn: Callable[[], object], records: int) -> tuple[float, float]:
@@ -102,6 +120,7 @@ def main() -> None:
         "slice_input_producer -> shuffle_batch(256, 2 threads)":
             (lambda: pipeline_bench.shuffle_pipeline(x, y, 2, per_element=False), args.records),
         f"per-element callable -> batch(256) ({small:,} rows)": (lambda: per_element(small), small),
+        "runner op loop, ops doing nothing (records = ops)": (lambda: empty_ops(small), small),
     }
     header("feedq pipeline statistics overhead (runner accounting on vs off)")
     rates: dict[tuple[str, bool], list[tuple[float, float]]] = {

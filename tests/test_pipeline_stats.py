@@ -220,7 +220,14 @@ def test_deadlocked_enqueue_loop_gives_exactly_one_warning(
         time.sleep(max(0.0, start + STALL + 1.0 - time.monotonic()))
         records = _stall_records(caplog)
         assert q.size() == 2
+        # The wait in progress counts: blocked on its output all along.
+        stats = pipe.statistics()
     assert len(records) == 1
+    (timing,) = stats.stages
+    assert timing.output_wait_s >= STALL + 0.9
+    assert timing.busy_s < 0.1 and timing.records_out == 2
+    assert stats.queues[0].enqueue_wait_s >= STALL + 0.9
+    assert stats.bottleneck.stage is None and "taken nothing" in stats.bottleneck.reason
     msg = records[0].getMessage()
     assert "enqueue of 1 element(s) on full queue 'nobody_reads' (size 2/2" in msg
     assert "no thread is dequeuing from it" in msg
@@ -286,9 +293,9 @@ def test_a_hung_read_is_shown_with_its_stack(caplog: pytest.LogCaptureFixture) -
 
 def test_healthy_pipeline_logs_no_stall(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="feedq")
-    stats, got, _ = _run_pipeline(decode_s=0.002, stall_timeout=STALL / 3)
+    stats, got, _ = _run_pipeline(decode_s=SLOW, stall_timeout=STALL)
     assert sorted(got) == list(range(N))
-    assert stats.elapsed > STALL / 3  # long enough for the monitor to look
+    assert stats.elapsed > STALL  # long enough for the monitor to look
     assert _stall_records(caplog) == []
 
 
