@@ -85,6 +85,18 @@ def verdict_line(result: BenchResult) -> str:
     queue: the *batcher* stage) -> the consumer (the measuring loop, with
     ``--device`` the device feeder, in the demo the model).
     """
+    line = _verdict(result)
+    if 0 < result.seconds < SHORT_RUN:
+        line += (f" (a run of {result.seconds:.2f} s: more records or --epochs give a steadier "
+                 "verdict)")
+    return line
+
+
+#: Runs shorter than this (seconds) get a caveat with their verdict.
+SHORT_RUN = 0.5
+
+
+def _verdict(result: BenchResult) -> str:
     stats = result.statistics
     if stats is None:
         return f"bottleneck: {DIRECT_STAGE}: {DIRECT_REASON}"

@@ -130,3 +130,11 @@ def test_reader_verdict_says_whether_more_readers_can_help(busy: float, cpu: flo
     assert line.endswith(hint) or hint in line, line
     assert r.as_dict()["bottleneck"] == {"stage": "batch_join/fifo_queue",
                                          "reason": "batcher 'x' is busy"}
+
+
+def test_a_short_run_gets_a_caveat() -> None:
+    short = BenchResult("csv", 2, seconds=0.2, cpu_seconds=0.1, cpus=2, statistics=_stats(0.1))
+    assert verdict_line(short).endswith(
+        "(a run of 0.20 s: more records or --epochs give a steadier verdict)")
+    long = BenchResult("csv", 2, seconds=2.0, cpu_seconds=1.0, cpus=2, statistics=_stats(0.1))
+    assert "steadier" not in verdict_line(long)
