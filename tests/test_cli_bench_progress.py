@@ -86,3 +86,36 @@ def test_bench_progress_into_a_pipe_keeps_json_clean(tmp_path: Path) -> None:
     assert "\x1b" not in proc.stderr and "\r" not in proc.stderr
     lines = [x for x in proc.stderr.splitlines() if " rec/s " in x]
     assert lines and all("queues: input_producer" in x for x in lines), proc.stderr
+
+
+def test_bench_on_a_terminal_draws_bars_by_default(tmp_path: Path) -> None:
+    pty = pytest.importorskip("pty")
+    make_dataset(tmp_path / "d", "fixed", 20_000, files=2)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "feedq.cli", "bench", str(tmp_path / "d"), "--json",
+             "--epochs", "1000000", "--duration", "1.0", "--batch-size", "64"],
+            stdout=subprocess.PIPE, stderr=slave, text=True,
+            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        os.close(slave)
+        slave = -1
+        out, _ = proc.communicate(timeout=50)
+        chunks = []
+        while True:  # the child has exited: read what it wrote to the terminal
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: nothing more
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert proc.returncode == 0
+    assert json.loads(out)["stopped_by"] == "duration"  # stdout: JSON only
+    err = b"".join(chunks).decode()
+    assert "\x1b[2K" in err and "input_producer" in err and "batch_join/fifo_queue" in err
+    assert "\x1b[3F" in err  # redrawn in place
