@@ -625,14 +625,15 @@ def render(rows: list[CompareRow], repeats: int, notes: dict[str, str]) -> list[
            "time includes start-up and shut-down; CPU s: process + workers):"]
     width = max(len(r.system) for r in rows)
     out.append(f"  {'loader'.ljust(width)}  {'records/s':>12}  {'MB/s':>8}  {'CPU s':>7}  "
-               f"{'feedq x':>8}")
+               f"{'feedq x':>8}  records/s range")
     for r in rows:
         if not r.runs:
             out.append(f"  {r.system.ljust(width)}  {r.status}")
             continue
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        spread = f"{min(r.records_per_s_runs):,.0f} - {max(r.records_per_s_runs):,.0f}"
         out.append(f"  {r.system.ljust(width)}  {r.records_per_s:>12,.0f}  {r.mb_per_s:>8,.1f}  "
-                   f"{r.cpu_s:>7.2f}  {ratio:>8}")
+                   f"{r.cpu_s:>7.2f}  {ratio:>8}  {spread}")
     out.append("  feedq x: feedq's records/s divided by the loader's (2.00x: feedq twice as fast)")
     for name, text in notes.items():
         out.append(f"  {name}: {text}")

@@ -84,10 +84,13 @@ def test_text_output_has_a_row_per_loader_and_says_what_each_does(data: Path) ->
     lines = res.stdout.splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith("compared on the same files"))
     header = lines[start + 1].split()
-    assert header == ["loader", "records/s", "MB/s", "CPU", "s", "feedq", "x"]
+    assert header == ["loader", "records/s", "MB/s", "CPU", "s", "feedq", "x", "records/s", "range"]
     for i, name in enumerate(LOADERS):
         row = lines[start + 2 + i]
-        assert row.strip().startswith(name) and row.rstrip().endswith("x"), row
+        assert row.strip().startswith(name), row
+        # records/s, MB/s, CPU s, ratio, the range over rounds (one round: min = max)
+        rate, _mb, _cpu, ratio, low, dash, high = row.strip()[len(name):].split()
+        assert ratio.endswith("x") and dash == "-" and low == high == rate, row
     assert any(x.strip().startswith("tf.data: TextLineDataset(") and "decode_csv" in x
                for x in lines)
     assert any(x.strip().startswith("DataLoader: IterableDataset") for x in lines)
