@@ -162,8 +162,9 @@ def test_format_report_is_the_report() -> None:
     text = feedq.format_report(stats)
     for name in ("ids", "reader", "decoder", "batcher/fifo_queue"):
         assert name in text
-    assert text.splitlines()[-1] == f"bottleneck: none - {stats.bottleneck.reason}" or (
-        stats.bottleneck.stage is not None and text.splitlines()[-1].startswith("bottleneck: "))
+    b = stats.bottleneck
+    assert text.splitlines()[-1] == f"bottleneck: {b.stage or 'none'} - {b.reason}"
+    assert f"consumer: {stats.consumer.takes} takes" in text
     assert report.splitlines()[1] == text.splitlines()[1]  # the same table header
 
 
