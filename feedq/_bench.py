@@ -11,6 +11,7 @@ not the blocks that readers happened to read ahead.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -23,9 +24,9 @@ from . import input as finput
 from ._decode import Decoder
 from ._schema import OnError, Schema, make_reader
 from .errors import DeadlineExceededError, OutOfRangeError
-from .pipeline import Pipeline
+from .pipeline import Pipeline, PipelineStatistics
 
-__all__ = ["BenchResult", "run_bench"]
+__all__ = ["BenchResult", "cpu_seconds", "run_bench", "verdict_line"]
 
 
 @dataclass
@@ -47,10 +48,80 @@ class BenchResult:
     filename_queue_fill_mean: float = 0.0
     skipped_errors: int = 0
     stopped_by: str = "end of data"
+    #: CPU seconds of the process (all threads) over ``seconds``.
+    cpu_seconds: float = 0.0
+    #: CPUs this process may use.
+    cpus: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``Pipeline.statistics()`` when the consumer stopped (None: ``direct``).
+    statistics: PipelineStatistics | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready: the figures, the per-stage ``stages``, ``queues``,
+        ``consumer`` and the ``bottleneck`` (stage, reason) with the
+        ``verdict`` line."""
+        out = {k: v for k, v in asdict(self).items() if k != "statistics"}
+        if self.statistics is not None:
+            stats = self.statistics.as_dict()
+            out.update({k: stats[k] for k in ("stages", "queues", "consumer", "bottleneck")})
+        else:
+            out.update({"stages": [], "queues": [], "consumer": None,
+                        "bottleneck": {"stage": DIRECT_STAGE, "reason": DIRECT_REASON}})
+        out["verdict"] = verdict_line(self)
+        return out
+
+
+#: The verdict of a ``direct`` run: there is no pipeline to time.
+DIRECT_STAGE = "read + decode (direct loop)"
+DIRECT_REASON = ("one reader in the calling thread, no queues or threads: reading and decoding "
+                 "are the whole run")
+
+
+def verdict_line(result: BenchResult) -> str:
+    """Which stage of the bench pipeline limits it, in its own terms, and why.
+
+    The bench pipeline is ``string_input_producer`` (the file names) ->
+    reader threads (``read_block`` + decode, enqueuing into the batch
+    queue: the *batcher* stage) -> the consumer (the measuring loop, with
+    ``--device`` the device feeder, in the demo the model).
+    """
+    line = _verdict(result)
+    if 0 < result.seconds < SHORT_RUN:
+        line += (f" (a run of {result.seconds:.2f} s: more records or --epochs give a steadier "
+                 "verdict)")
+    return line
+
+
+#: Runs shorter than this (seconds) get a caveat with their verdict.
+SHORT_RUN = 0.5
+
+
+def _verdict(result: BenchResult) -> str:
+    stats = result.statistics
+    if stats is None:
+        return f"bottleneck: {DIRECT_STAGE}: {DIRECT_REASON}"
+    b = stats.bottleneck
+    kinds = {s.name: s.kind for s in stats.stages}
+    threads = {s.name: s.threads for s in stats.stages}
+    reason = b.reason.removeprefix("no bottleneck: ")
+    if b.stage is None:
+        if not stats.consumer.takes and "nothing" in b.reason:
+            return f"bottleneck: not known yet: {reason}"
+        who = "the consumer (" + ("the model" if result.extra.get("train steps") else
+                                  "the device feeder" if "device" in result.extra else
+                                  "this measuring loop") + ")"
+        why = reason.removeprefix("the consumer is the limit").strip()
+        if why.startswith("(") and why.endswith(")"):
+            why = why[1:-1]
+        return f"bottleneck: none in the pipeline: {who} is the limit: {why}"
+    if kinds.get(b.stage) == "batcher":
+        n = threads.get(b.stage, 1)
+        hint = _readers_hint(result, stats, b.stage)
+        return (f"bottleneck: the readers (read_block + decode, {n} thread{'s' if n != 1 else ''} "
+                f"feeding {b.stage!r}): {reason}; {hint}")
+    if kinds.get(b.stage) == "producer":
+        return f"bottleneck: the file names ({b.stage!r}): {b.reason}"
+    return f"bottleneck: {b.stage!r}: {b.reason}"
 
 
 @dataclass
@@ -58,6 +129,7 @@ class _Tally:
     """The consumer's running figures."""
 
     t0: float
+    cpu0: float = field(default_factory=lambda: cpu_seconds())
     payload: int = 0
     waited: float = 0.0
     fill_sum: float = 0.0
@@ -84,7 +156,7 @@ def run_bench(
     max_records: int | None = None,
     on_error: OnError = "raise",
     consume: Callable[[Any], None] | None = None,
-    progress: Callable[[BenchResult], None] | None = None,
+    progress: Callable[[BenchResult, list[Any]], None] | None = None,
     progress_every: float = 0.25,
     seed: int = 0,
     device: str | None = None,
@@ -93,7 +165,9 @@ def run_bench(
 ) -> BenchResult:
     """Run the pipeline until the data, ``duration`` or ``max_records`` ends.
 
-    ``consume(batch)`` is called on every batch (the demo trains there).
+    ``consume(batch)`` is called on every batch (the demo trains there);
+    ``progress(result, queues)`` every ``progress_every`` seconds, with the
+    running figures and the queues' statistics (filenames, batches).
     Readers take ``block_records`` records per ``read_block`` (default
     ``max(batch_size, 4096)``): decoding a block is one call, and the batch
     queue re-slices blocks into batches (``enqueue_many``), so the per-record
@@ -179,11 +253,12 @@ def run_bench(
                     if progress is not None and now - last_progress >= progress_every:
                         last_progress = now
                         _finish(result, tally, now, reader_objs, decode)
-                        progress(result)
+                        progress(result, [fs, qs])
             finally:
                 # Stop the clock before teardown; stop the pipeline first so a
                 # feeder blocked on the stage wakes, then close the feeder.
                 stopped_at = time.perf_counter()
+                result.statistics = pipe.statistics()
                 pipe.stop()
                 if feeder is not None:
                     feeder.close()
@@ -283,7 +358,47 @@ def _run_direct(
     return result
 
 
+def _readers_hint(result: BenchResult, stats: PipelineStatistics, stage: str) -> str:
+    """Whether more reader threads can help, from the CPU time the process
+    used and the time the readers' threads were busy."""
+    used = result.cpu_seconds / result.seconds if result.seconds > 0 else 0.0
+    busy_s = sum(s.busy_s for s in stats.stages if s.name == stage)
+    busy = busy_s / stats.elapsed if stats.elapsed > 0 else 0.0
+    figures = (f"the reader threads were busy {busy:.1f} thread-s/s, the process used {used:.1f} "
+               f"of {result.cpus} CPUs")
+    if busy > used + 0.5:
+        return (f"{figures}: busy threads waited for the GIL or for CPUs other processes held; "
+                "more readers will not help, cheaper decoding would")
+    if used < result.cpus - 0.5:
+        return f"{figures}: more --readers or --threads can help"
+    return f"{figures}: every CPU is busy; cheaper decoding would help, more readers not"
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its reaped children
+    (``getrusage``: microseconds; ``os.times`` where there is none)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _finish(result: BenchResult, tally: _Tally, t1: float, readers: list[Any], decode: Decoder) -> None:
+    result.cpu_seconds = cpu_seconds() - tally.cpu0
+    result.cpus = _cpus()
     result.seconds = max(1e-9, t1 - tally.t0)
     result.payload_bytes = tally.payload
     result.records_per_s = result.records / result.seconds

@@ -209,6 +209,8 @@ def _print_table(result: Any, title: str) -> None:
         ("seconds", f"{r.seconds:.2f}"),
         ("records/s", f"{r.records_per_s:,.0f}"),
         ("MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
+        ("CPU seconds (process)",
+         f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
         ("consumer waiting", f"{100 * r.consumer_wait_fraction:.1f} %"),
         ("batch queue fill (mean / max)", f"{100 * r.batch_queue_fill_mean:.0f} % / {100 * r.batch_queue_fill_max:.0f} %"),
         ("filename queue fill (mean)", f"{100 * r.filename_queue_fill_mean:.0f} %"),
@@ -222,15 +224,39 @@ def _print_table(result: Any, title: str) -> None:
         click.echo(f"  {k.ljust(width)}  {v}")
 
 
-def _progress_printer(enabled: bool) -> Callable[[Any], None] | None:
+def _print_stages(result: Any) -> None:
+    """The per-stage table (``feedq.format_report``) and the verdict, in the
+    bench pipeline's terms (``feedq._bench.verdict_line``)."""
+    from ._bench import verdict_line
+    from .pipeline import format_report
+
+    click.echo("")
+    if result.statistics is not None:
+        lines = format_report(result.statistics).splitlines()
+        for line in lines[:-1] if lines[-1].startswith("bottleneck:") else lines:
+            click.echo(f"  {line}" if line else "")
+    click.echo(verdict_line(result))
+
+
+def _progress_printer(enabled: bool) -> Any:
+    """Live figures and queue fill bars on stderr (see ``feedq._progress``), or None."""
     if not enabled:
         return None
+    from ._progress import LiveProgress
 
-    def show(r: Any) -> None:
-        click.echo(f"\r  {r.records:>12,} records  {r.records_per_s:>12,.0f} rec/s  {r.mb_per_s:>8,.1f} MB/s  "
-                   f"queue {100 * r.batch_queue_fill_mean:3.0f}% full  {r.seconds:6.1f} s", nl=False, err=True)
+    return LiveProgress()
 
-    return show
+
+_COMPARE_HELP = (
+    "Also read the same files, in this run, through tf.data (TFRecordDataset / TextLineDataset / "
+    "FixedLengthRecordDataset with --readers parallel reads, .batch, .map of parse_example / "
+    "decode_csv / decode_raw with the inferred schema, .prefetch) and torch DataLoader with 0 "
+    "and 2 workers (an "
+    "IterableDataset reading and decoding each record in Python: protobuf Example parse, typed CSV "
+    "fields, np.frombuffer; a collate_fn stacking the schema's dtypes); the runs alternate. Prints "
+    "records/s, MB/s, CPU seconds and feedq's speed-up over each; a loader that is not installed "
+    "says so. With --shuffle, each shuffles the file order and keeps a shuffle buffer of "
+    "--min-after-dequeue + --batch-size records.")
 
 
 @main.command(context_settings=CONTEXT, epilog="""\b
@@ -238,6 +264,7 @@ Examples:
   feedq bench data/                              # every file in data/
   feedq bench data/*.csv --batch-size 1024 --readers 4 --records 1000000
   feedq bench data/ --shuffle --epochs 3 --on-error skip --json
+  feedq bench data/ --compare --repeats 5        # beside tf.data and torch DataLoader
 """)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
@@ -272,11 +299,18 @@ Examples:
               help="One reader in the main thread, no queues or threads: the reader+decoder limit, "
                    "as benchmarks/readers.py measures it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
+@click.option("--progress/--no-progress", default=None,
+              help="Live figures and queue fill bars on stderr (default: when stderr is a "
+                   "terminal; "
+                   "plain lines every 2 s when it is not).")
+@click.option("--compare", is_flag=True, help=_COMPARE_HELP)
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="With --compare: rounds, each loader once per round; medians are reported.")
 def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
           threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
           duration: float | None, max_records: int | None, record_bytes: int, sample: int, on_error: str,
-          block_records: int | None, direct: bool, as_json: bool, progress: bool | None) -> None:
+          block_records: int | None, direct: bool, as_json: bool, progress: bool | None,
+          compare: bool, repeats: int) -> None:
     """Measure reading PATHS (files or folders) into decoded batches.
 
     MB/s counts the payload of the records delivered (line, record or row
@@ -292,20 +326,79 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
         policy = cast(OnError, on_error)
         schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
         _check_device(device)
+        if compare and device:
+            raise click.UsageError("--compare delivers batches on the host: drop --device")
         show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
-        result = run_bench(files, schema, batch_size=batch_size, readers=readers, threads=threads,
-                           shuffle=shuffle, min_after_dequeue=min_after_dequeue, epochs=epochs,
-                           duration=duration, max_records=max_records, on_error=policy,
-                           progress=show, device=device, block_records=block_records, direct=direct)
-        if show is not None:
-            click.echo("", err=True)
+        run = functools.partial(run_bench, files, schema, batch_size=batch_size, readers=readers,
+                                threads=threads, shuffle=shuffle,
+                                min_after_dequeue=min_after_dequeue, epochs=epochs,
+                                duration=duration, max_records=max_records, on_error=policy,
+                                device=device, block_records=block_records, direct=direct)
+        rows: list[Any] = []
+        if compare:
+            buffer = min_after_dequeue + batch_size if shuffle else 0
+            result, rows = _compare_runs(run, files, schema, readers=readers,
+                                         batch_size=batch_size, epochs=epochs, duration=duration,
+                                         max_records=max_records, repeats=repeats, show=show,
+                                         shuffle_buffer=buffer)
+        else:
+            result = run(progress=show)
+            if show is not None:
+                show.finish()
+        out = result.as_dict()
+        if compare:
+            out["compare"] = [r.as_dict() for r in rows]
         if as_json:
-            click.echo(json.dumps(result.as_dict(), indent=2))
+            click.echo(json.dumps(out, indent=2))
         else:
             _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
+            _print_stages(result)
+            if compare:
+                from ._compare import render, what_they_do
+
+                click.echo("")
+                notes = what_they_do(schema, batch_size, readers,
+                                     min_after_dequeue + batch_size if shuffle else 0)
+                for line in render(rows, repeats, notes):
+                    click.echo(line)
         return 130 if result.stopped_by == "interrupted" else 0
 
     guard(body, reads_data=True)
+
+
+def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, readers: int,
+                  batch_size: int, epochs: int, duration: float | None, max_records: int | None,
+                  repeats: int, show: Any, shuffle_buffer: int) -> tuple[Any, list[Any]]:
+    """feedq's run beside tf.data and DataLoader, alternating; feedq's median
+    run (by records/s) and the comparison rows."""
+    from ._compare import Limits, Measure, System, compare, competitors, cpu_seconds
+
+    results: list[Any] = []
+
+    def feedq_run(limits: Limits) -> Measure:
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        r = run(duration=limits.duration, max_records=limits.max_records)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        results.append(r)
+        if r.stopped_by == "interrupted":
+            raise KeyboardInterrupt
+        return Measure(r.records, r.payload_bytes, wall, cpu)
+
+    what = f"this pipeline ({readers} reader{'s' if readers != 1 else ''}, batches of {batch_size})"
+    others = competitors(files, schema, batch_size=batch_size, readers=readers,
+                         shuffle_buffer=shuffle_buffer)
+    systems = [System("feedq", what, feedq_run), *others]
+    limits = Limits(batch_size, epochs, duration, max_records, readers, shuffle_buffer)
+    rows, interrupted = compare(systems, limits, repeats,
+                                progress=None if show is None else show.message)
+    # results[0] is the warm-up run: shown only when Ctrl-C came before any other.
+    measured = sorted(results[1:] or results, key=lambda r: r.records_per_s)
+    if not measured:
+        raise KeyboardInterrupt
+    result = measured[len(measured) // 2]
+    if interrupted:
+        result.stopped_by = "interrupted"
+    return result, rows
 
 
 def _expand(paths: list[str]) -> list[str]:
@@ -370,7 +463,7 @@ def demo(folder: str | None, duration: float, records: int, batch_size: int, pro
 
 
 def _demo(root: Path, duration: float, records: int, batch_size: int, progress: bool) -> int:
-    from ._bench import run_bench
+    from ._bench import run_bench, verdict_line
     from ._schema import infer_schema
 
     click.echo(f"feedq demo: writing {records:,} sample records per format to {root}")
@@ -387,11 +480,12 @@ def _demo(root: Path, duration: float, records: int, batch_size: int, progress: 
                            min_after_dequeue=2000, epochs=None, duration=per,
                            consume=functools.partial(model.step, fmt), progress=show, device="cpu")
         if show is not None:
-            click.echo("", err=True)
+            show.finish()
         result.extra["model loss (last)"] = f"{model.last_loss:.4f}"
         result.extra["train steps"] = f"{model.steps_by.get(fmt, 0):,}"
         _print_table(result, f"\n{fmt}: string_input_producer -> 2 readers -> shuffle_batch({batch_size}) "
                              "-> device feeder (cpu) -> model")
+        click.echo(verdict_line(result))
         if result.stopped_by == "interrupted":
             code = 130
             break
