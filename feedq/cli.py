@@ -211,7 +211,7 @@ def _print_table(result: Any, title: str) -> None:
         ("MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
         ("CPU seconds (process)",
          f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
-        ("consumer waiting", f"{100 * r.consumer_wait_fraction:.1f} %"),
+        ("consumer in take (wait + copy)", f"{100 * r.consumer_wait_fraction:.1f} %"),
         ("batch queue fill (mean / max)", f"{100 * r.batch_queue_fill_mean:.0f} % / {100 * r.batch_queue_fill_max:.0f} %"),
         ("filename queue fill (mean)", f"{100 * r.filename_queue_fill_mean:.0f} %"),
         ("skipped bad records/files", f"{r.skipped_errors:,}"),
