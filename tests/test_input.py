@@ -674,9 +674,9 @@ def test_pipeline_close_errors_do_not_stop_the_others() -> None:
 def no_gate_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the gate's safety re-check far longer than any test: a gate that
     opens in time was woken by a notification, not by a poll."""
-    from feedq import pipeline
+    from feedq import _control
 
-    monkeypatch.setattr(pipeline, "_GATE_RECHECK_SECS", 60.0)
+    monkeypatch.setattr(_control, "_GATE_RECHECK_SECS", 60.0)
 
 
 @pytest.mark.usefixtures("no_gate_recheck")

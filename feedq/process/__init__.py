@@ -24,21 +24,21 @@ Layers: this package sits above ``feedq.input`` and ``feedq.pipeline`` (a
 worker builds its pipeline with them) and below ``feedq.distributed``.
 Modules: ``_shm`` (segments, names, the sweep of a dead run's segments),
 ``_layout`` (a batch's columnar layout in a slot), ``_worker`` (the worker
-process), ``_stage`` (the consumer side), ``_state`` (the consumer side of
-``state_dict`` / ``load_state_dict``).
+process); the consumer side: ``_stage`` (the :class:`ProcessStage` class),
+put together from ``_launch`` (start methods, argument checks, worker
+handles, stopping the workers), ``_messages`` (reading the workers),
+``_slots`` (batch lifetime: giving slots back), ``_order`` (epochs, merge
+order), ``_failures`` (worker failures as exceptions) and ``_state``
+(``state_dict`` / ``load_state_dict``); ``_factory`` (:func:`process_stage`).
 """
 
 from __future__ import annotations
 
 from .._workerinfo import WorkerInfo, get_worker_info
-from ._stage import (
-    ProcessStage,
-    ProcessStageStatistics,
-    WorkerTraceback,
-    default_start_method,
-    process_stage,
-    warm_up,
-)
+from ._factory import process_stage
+from ._failures import WorkerTraceback
+from ._launch import default_start_method, warm_up
+from ._stage import ProcessStage, ProcessStageStatistics
 
 __all__ = [
     "ProcessStage",

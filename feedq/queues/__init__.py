@@ -7,8 +7,10 @@ Q1–Q43 and T1–T4, for the behaviour they follow.
 Modules, one idea each: ``_spec`` (element specs, value conversion),
 ``_cancel`` (CancelToken, how a call waits), ``_engine`` (pending attempts,
 flush, waits, withdrawal), ``_queue`` (QueueBase: the public API),
-``_kinds`` (storage of the four kinds), ``_select`` (``from_list``),
-``_registry`` (shared resources by name), ``_accumulator``.
+one module per kind's storage (``_fifo``, ``_padding``, ``_shuffle``,
+``_priority``; ``_refs``: dropping an object column's references),
+``_select`` (``from_list``), ``_registry`` (shared resources by name),
+``_accumulator``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from ._accumulator import (
 )
 from ._cancel import CancelToken
 from ._engine import QueueState
-from ._kinds import FIFOQueue, PaddingFIFOQueue, PriorityQueue, RandomShuffleQueue
+from ._fifo import FIFOQueue
+from ._padding import PaddingFIFOQueue
+from ._priority import PriorityQueue
 from ._queue import QueueBase, QueueStatistics
 from ._registry import ResourceManager, reset_shared_queues
 from ._select import SelectedQueue
+from ._shuffle import RandomShuffleQueue
 from ._spec import STRING, as_dtype
 
 # Plain sorted order (tests/test_public_api.py), not isort's.

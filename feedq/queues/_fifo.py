@@ -1,38 +1,23 @@
-"""The four queue kinds. Each differs from the others only in its storage
-hooks (see :mod:`feedq.queues._engine`)."""
+"""FIFOQueue: columnar ring buffers, and the copies of large batches made
+outside the lock (reservations and claims). Its storage hooks are the
+model the other kinds follow (see :mod:`feedq.queues._engine`)."""
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
 from ._cancel import CancelToken
 from ._engine import QueueState
 from ._queue import QueueBase, check_timeout
-from ._spec import STRING, Component, Count, normalize_dtypes, normalize_shapes
+from ._refs import clear_ring
+from ._spec import STRING, Count
 
-__all__ = ["FIFOQueue", "PaddingFIFOQueue", "PriorityQueue", "RandomShuffleQueue"]
+__all__ = ["FIFOQueue"]
 
 _OPEN = QueueState.OPEN
-
-
-def _ring_clear(buf: np.ndarray[Any, Any], alloc: int, pos: int, k: int) -> None:
-    """Drop the references in ``k`` slots of an object ring column from ``pos``."""
-    first = min(k, alloc - pos)
-    buf[pos : pos + first] = None
-    if k > first:
-        buf[: k - first] = None
-
-
-def _clear(buf: np.ndarray[Any, Any], index: Any) -> None:
-    """Drop references held by an object column (a queue keeps no reference
-    to an element it handed out)."""
-    if buf.dtype == object:
-        buf[index] = None
 
 
 class FIFOQueue(QueueBase):
@@ -413,7 +398,7 @@ class FIFOQueue(QueueBase):
                 self._peak = size
         else:
             for i in self._obj_idx:  # drop the references stored at reserve time
-                _ring_clear(self._cols[i], self._alloc, res.pos, n)
+                clear_ring(self._cols[i], self._alloc, res.pos, n)
         res.src = []
         if self._consumers or self._producers or self._state is QueueState.CLOSING:
             self._flush()
@@ -426,7 +411,7 @@ class FIFOQueue(QueueBase):
             buf = self._cols[i]
             col = np.empty((k, *buf.shape[1:]), dtype=object)
             self._ring_read(buf, head, k, col)
-            _ring_clear(buf, alloc, head, k)
+            clear_ring(buf, alloc, head, k)
             objs[i] = col
         claim.objs = objs
         end = head + k
@@ -527,348 +512,3 @@ class _Claim:
         self.objs: dict[int, np.ndarray[Any, Any]] = {}
         self.done = False  # guarded by the queue's lock
         self.stale = False  # guarded by the queue's lock: its slots were left behind by a fresh layout
-
-
-class PaddingFIFOQueue(FIFOQueue):
-    """A FIFOQueue whose components may have unknown dimensions (Q34–Q38).
-
-    ``shapes`` is required: one shape of known rank per component, with
-    ``None`` for dimensions that vary. ``dequeue`` returns an element with its
-    own shape (Q36); ``dequeue_many`` / ``dequeue_up_to`` pad every ``None``
-    dimension at the end to the largest size in the batch (Q37) with 0,
-    ``b""`` or False — or with ``padding_values`` (one scalar per component),
-    a feedq addition.
-    """
-
-    _kind = "PaddingFIFOQueue"
-    _default_name = "padding_fifo_queue"
-    _partial_shapes = True
-
-    def __init__(
-        self,
-        capacity: int,
-        dtypes: Any,
-        shapes: Any,
-        names: Any = None,
-        shared_name: str | None = None,
-        name: str | None = None,
-        padding_values: Any = None,
-    ) -> None:
-        QueueBase.__init__(
-            self, capacity, dtypes, shapes, names, shared_name, name, padding_values=padding_values
-        )
-
-    def _validate_storage_args(
-        self, capacity: int, components: list[Component], args: dict[str, Any]
-    ) -> None:
-        values = args.pop("padding_values")
-        if values is None:
-            pads = [b"" if c.dtype is STRING else c.dtype.type(0) for c in components]
-        else:
-            if not isinstance(values, (list, tuple)):
-                values = [values]
-            if len(values) != len(components):
-                raise ValueError(
-                    f"padding_values must have one value per component: {len(values)} != {len(components)}"
-                )
-            pads = [
-                np.asarray(
-                    Component(c.index, c.dtype, ()).convert_one(v, f"{self._kind} padding value {c.index}"),
-                    dtype=c.dtype,
-                )[()]
-                for c, v in zip(components, values)
-            ]
-        args["padding_values"] = tuple(pads)
-        super()._validate_storage_args(capacity, components, {})
-
-    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
-        assert comp.shape is not None
-        rows = [r for part in parts for r in part]
-        fill = self._storage_args["padding_values"][comp.index]
-        if len(comp.shape) == 1 and rows:
-            # A vector of varying length (the common case): all rows at once.
-            lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-            width = int(lens.max())
-            if int(lens.min()) == width:  # rows of one enqueued block: no padding
-                padded = np.empty((len(rows), width), dtype=comp.dtype)
-                np.concatenate(rows, out=padded.reshape(-1))
-                return padded
-            padded = np.full((len(rows), width), fill, dtype=comp.dtype)
-            padded[np.arange(width) < lens[:, None]] = np.concatenate(rows)
-            return padded
-        dims = [
-            d if d is not None else max((r.shape[j] for r in rows), default=0)
-            for j, d in enumerate(comp.shape)
-        ]
-        out = np.full((len(rows), *dims), fill, dtype=comp.dtype)
-        for i, r in enumerate(rows):
-            index: tuple[Any, ...] = (i, *(slice(0, s) for s in r.shape))
-            out[index] = r
-        return out
-
-
-class RandomShuffleQueue(QueueBase):
-    """A queue that hands out elements in random order (Q29–Q33).
-
-    While the queue is open a dequeue never leaves fewer than
-    ``min_after_dequeue`` elements behind (Q30); after close the rule is
-    dropped and everything drains (Q32). Each element removed is drawn
-    uniformly from those stored (Q31), with a NumPy Generator seeded by
-    ``seed`` (Q33: an int gives the same order for the same sequence of
-    calls; None is nondeterministic). ``dequeue_many(n)`` draws ``n``
-    distinct slots and compacts the storage with vectorised moves: O(n).
-
-    feedq: ``min_after_dequeue >= capacity`` is a ValueError here (TF1 failed
-    at first use, Q29/X9).
-    """
-
-    _kind = "RandomShuffleQueue"
-    _default_name = "random_shuffle_queue"
-
-    def __init__(
-        self,
-        capacity: int,
-        min_after_dequeue: int,
-        dtypes: Any,
-        shapes: Any = None,
-        names: Any = None,
-        seed: int | None = None,
-        shared_name: str | None = None,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(
-            capacity, dtypes, shapes, names, shared_name, name,
-            min_after_dequeue=min_after_dequeue, seed=seed,
-        )
-
-    @property
-    def min_after_dequeue(self) -> int:
-        """Elements kept back while the queue is open (Q30)."""
-        return int(self._storage_args["min_after_dequeue"])
-
-    def _validate_storage_args(
-        self, capacity: int, components: list[Component], args: dict[str, Any]
-    ) -> None:
-        m = args.pop("min_after_dequeue")
-        seed = args.pop("seed")
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
-            raise ValueError(f"min_after_dequeue must be an int >= 0, got {m!r}")
-        if capacity >= 0 and m >= capacity:
-            raise ValueError(f"min_after_dequeue {m} must be < capacity {capacity}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise TypeError(f"seed must be an int or None, got {seed!r}")
-        super()._validate_storage_args(capacity, components, args)
-        args["min_after_dequeue"] = int(m)
-        args["seed"] = None if seed is None else int(seed)
-
-    def _init_storage(self) -> None:
-        # guarded by self._mutex
-        self._rng = np.random.default_rng(self._storage_args["seed"])
-
-    def _grow(self, alloc: int) -> None:
-        new = [self._new_column(c, alloc) for c in self._components]
-        for dst, src in zip(new, self._cols):
-            dst[: self._size] = src[: self._size]
-        self._cols = new
-        self._alloc = alloc
-
-    def _snapshot(self, column: int) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
-        """A copy of one column in storage order, and the generator's state
-        (for exact resumption of a shuffling batcher; see feedq.input)."""
-        with self._mutex:
-            col = self._cols[column] if self._cols else np.zeros(0, dtype=np.int64)
-            return np.array(col[: self._size]), dict(self._rng.bit_generator.state)
-
-    def _set_generator_state(self, state: dict[str, Any]) -> None:
-        """Restore the generator to a state :meth:`_snapshot` returned."""
-        with self._mutex:
-            self._rng.bit_generator.state = dict(state)
-
-    def _available(self) -> int:
-        if self._state is QueueState.OPEN:
-            return max(0, self._size - int(self._storage_args["min_after_dequeue"]))
-        return self._size
-
-    def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
-        size = self._size
-        for buf, src in zip(self._cols, cols):
-            buf[size : size + k] = src[start : start + k]
-
-    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
-        self._put(chunk, 0, chunk[0].shape[0])
-
-    def _put_one(self, row: list[Any]) -> None:
-        pos = self._size
-        for buf, value in zip(self._cols, row):
-            buf[pos] = value
-
-    def _take_one(self) -> list[Any]:
-        last = self._size - 1
-        pos = int(self._rng.integers(0, self._size))
-        row = self._read_row(pos)
-        if pos != last:
-            for buf in self._cols:
-                buf[pos] = buf[last]
-        for buf in self._cols:
-            _clear(buf, last)
-        return row
-
-    def _draw_sparse(self, k: int) -> np.ndarray[Any, Any]:
-        """k distinct positions in [0, size) with size > 4k, uniformly, in random order."""
-        size, rng = self._size, self._rng
-        while True:
-            # The first k distinct values of iid uniform draws are a uniform
-            # k-permutation; 2k+16 draws from > 4k values rarely fall short.
-            cand = rng.integers(0, size, size=2 * k + 16)
-            _, first = np.unique(cand, return_index=True)
-            if first.shape[0] >= k:
-                first.sort()
-                return cand[first[:k]]
-
-    def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
-        size = self._size
-        tail = size - k
-        result = []
-        if 4 * k >= size:
-            # Dense draw: one permutation gives the k drawn (in random order)
-            # and the rows that stay; moving every staying row is O(size),
-            # which is O(k) here, and costs two gathers instead of a dozen
-            # small index operations.
-            perm = self._rng.permutation(size)
-            idx, rest = perm[:k], perm[k:]
-            for i, buf in enumerate(self._cols):
-                if outs is not None:
-                    np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
-                else:
-                    result.append(buf[idx])
-                if tail:
-                    buf[:tail] = buf[rest]  # the right side is gathered first
-                _clear(buf, slice(tail, size))
-            return result
-        idx = self._draw_sparse(k)
-        # Holes left in [0, tail) are refilled from the rows of [tail, size)
-        # that were not drawn; both sets have the same size.
-        in_tail = idx >= tail
-        holes = idx[~in_tail]
-        if holes.shape[0]:
-            keep = np.ones(k, dtype=bool)
-            keep[idx[in_tail] - tail] = False
-            fillers = tail + np.flatnonzero(keep)
-        for i, buf in enumerate(self._cols):
-            if outs is not None:
-                np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
-            else:
-                result.append(buf[idx])
-            if holes.shape[0]:
-                buf[holes] = buf[fillers]
-            _clear(buf, slice(tail, size))
-        return result
-
-
-class PriorityQueue(QueueBase):
-    """A queue that hands out the element with the smallest priority (Q39–Q43).
-
-    Every element has an implicit leading int64 scalar priority:
-    ``dtypes == [int64] + types``; enqueue ``[priority, *values]``,
-    ``enqueue_many`` a priority vector with the batches; dequeues return
-    ``[priority, *values]``. ``dequeue_many(n)`` is all-or-nothing (Q42).
-
-    feedq differs from TF1 where TF1 is hostile:
-
-    * ties come out in insertion order (TF1: heap order, Q41);
-    * ``shapes`` is optional (Q39); without it there is no ``dequeue_many``;
-    * ``dequeue_many(n)`` with ``n > capacity`` is an InvalidArgumentError
-      instead of a deadlock (Q42);
-    * ``dequeue_up_to(n)`` on a closed queue returns the remaining elements
-      sorted instead of discarding them (Q43).
-    """
-
-    _kind = "PriorityQueue"
-    _default_name = "priority_queue"
-    _all_or_nothing = True
-
-    def __init__(
-        self,
-        capacity: int,
-        types: Any,
-        shapes: Any = None,
-        names: Any = None,
-        shared_name: str | None = None,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(capacity, types, shapes, names, shared_name, name)
-
-    def _make_components(self, dtypes: Any, shapes: Any) -> list[Component]:
-        types = normalize_dtypes(dtypes)
-        shape_list = normalize_shapes(shapes, len(types), partial=False)
-        comps = [Component(0, np.dtype(np.int64), ())]
-        comps += [Component(i + 1, d, s) for i, (d, s) in enumerate(zip(types, shape_list))]
-        return comps
-
-    def _where(self, i: int) -> str:
-        if i == 0 and self._names is None:
-            return f"{self._kind} '{self._name}' priority"
-        return super()._where(i)
-
-    def _check_batch_feasible(self, n: int) -> None:
-        if 0 <= self._capacity < n:
-            raise InvalidArgumentError(
-                f"{self._kind} '{self._name}': dequeue of {n} elements can never complete "
-                f"with capacity {self._capacity} (a PriorityQueue batch is all-or-nothing)"
-            )
-
-    def _init_storage(self) -> None:
-        # guarded by self._mutex
-        self._heap: list[tuple[int, int, int]] = []  # (priority, seq, slot)
-        self._free_slots: list[int] = []
-        self._seq = 0
-        self._low_seq = 0
-
-    def _grow(self, alloc: int) -> None:
-        new = [self._new_column(c, alloc) for c in self._components]
-        old = self._alloc
-        for dst, src in zip(new, self._cols):
-            dst[:old] = src[:old]
-        self._cols = new
-        self._free_slots.extend(range(alloc - 1, old - 1, -1))
-        self._alloc = alloc
-
-    def _available(self) -> int:
-        return self._size
-
-    def _store(self, cols: list[np.ndarray[Any, Any]], start: int, k: int, seqs: range) -> None:
-        free = self._free_slots
-        slots = free[len(free) - k :]
-        del free[len(free) - k :]
-        idx = np.asarray(slots, dtype=np.intp)
-        for buf, src in zip(self._cols, cols):
-            buf[idx] = src[start : start + k]
-        prios = cols[0][start : start + k].tolist()
-        heap = self._heap
-        for p, q, s in zip(prios, seqs, slots):
-            heapq.heappush(heap, (p, q, s))
-
-    def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
-        self._store(cols, start, k, range(self._seq, self._seq + k))
-        self._seq += k
-
-    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
-        # Put-back elements came out before everything still queued: give them
-        # the lowest sequence numbers so ties keep their order.
-        k = chunk[0].shape[0]
-        self._store(chunk, 0, k, range(self._low_seq - k, self._low_seq))
-        self._low_seq -= k
-
-    def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
-        heap = self._heap
-        slots = [heapq.heappop(heap)[2] for _ in range(k)]
-        idx = np.asarray(slots, dtype=np.intp)
-        result = []
-        for i, buf in enumerate(self._cols):
-            if outs is not None:
-                np.take(buf, idx, axis=0, out=outs[i][offset : offset + k])
-            else:
-                result.append(buf[idx])
-            _clear(buf, idx)
-        self._free_slots.extend(slots)
-        return result
