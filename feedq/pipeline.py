@@ -53,7 +53,7 @@ from ._stats import (
 from .coordinator import Coordinator
 from .errors import FailedPreconditionError, InvalidArgumentError
 from .queues import QueueBase
-from .runners import QueueRunner, add_queue_runner
+from .runners import QueueRunner, _set_pipeline_adder, add_queue_runner
 
 # current_dependencies, gate_ops and register_runner are for feedq.input (the
 # producers and batchers register their runners through them).
@@ -103,11 +103,19 @@ def current_pipeline() -> Pipeline | None:
 
 def register_runner(runner: QueueRunner) -> None:
     """Add a runner to the current pipeline, or to the default collection."""
+    add_queue_runner(runner)  # goes to the current pipeline if there is one
+
+
+def _add_to_current(runner: QueueRunner) -> bool:
+    """``add_queue_runner`` inside ``with pipe:``: the pipeline takes the runner."""
     pipe = current_pipeline()
-    if pipe is not None:
-        pipe.add_runner(runner)
-    else:
-        add_queue_runner(runner)
+    if pipe is None:
+        return False
+    pipe.add_runner(runner)
+    return True
+
+
+_set_pipeline_adder(_add_to_current)
 
 
 @dataclass(frozen=True)

@@ -485,6 +485,10 @@ def add_queue_runner(qr: QueueRunner, collection: str = QUEUE_RUNNERS) -> None:
     """Add ``qr`` to a process-wide runner collection (QR12).
 
     Every input producer and batching function adds exactly one runner.
+    Inside ``with feedq.Pipeline():`` (or ``pipe.as_default()``), a runner
+    added to the default collection goes to that pipeline instead, which
+    starts it (now, if it is running), stops and joins it, and covers it in
+    its statistics and stall reports -- as ``pipe.add_runner(qr)`` does.
 
     Args:
         qr: the runner.
@@ -495,8 +499,23 @@ def add_queue_runner(qr: QueueRunner, collection: str = QUEUE_RUNNERS) -> None:
     """
     if not isinstance(qr, QueueRunner):
         raise TypeError(f"qr must be a QueueRunner, got {qr!r}")
+    adder = _pipeline_adder
+    if collection == QUEUE_RUNNERS and adder is not None and adder(qr):
+        return  # a feedq.Pipeline is current in this thread: it owns and starts qr
     with _collections_lock:
         _collections.setdefault(collection, []).append(qr)
+
+
+# Set by feedq.pipeline (above this module in the layers): adds a runner to
+# the pipeline current in the calling thread and returns True, or returns
+# False when none is current.
+_pipeline_adder: Callable[[QueueRunner], bool] | None = None
+
+
+def _set_pipeline_adder(adder: Callable[[QueueRunner], bool] | None) -> None:
+    """For feedq.pipeline: route :func:`add_queue_runner` to the current pipeline."""
+    global _pipeline_adder
+    _pipeline_adder = adder
 
 
 def get_queue_runners(collection: str = QUEUE_RUNNERS) -> list[QueueRunner]:

@@ -644,3 +644,23 @@ def test_queue_base_and_from_list_at_top_level() -> None:
     sel = feedq.QueueBase.from_list(1, qs)
     sel.enqueue(7)
     assert qs[1].size() == 1 and qs[0].size() == 0
+
+
+def test_add_queue_runner_inside_a_pipeline_goes_to_the_pipeline() -> None:
+    """QR12 inside ``with feedq.Pipeline():``: the pipeline takes the runner,
+    starts it, and stops and joins it; the process-wide collection stays
+    empty, so a later start_queue_runners cannot start it a second time."""
+    clear_queue_runners()
+    q = FIFOQueue(4, [np.int64], shapes=[[]], name="added_in_pipe")
+    counter = feedq.limit_epochs(np.arange(10), num_epochs=1)
+    runner = QueueRunner(q, [lambda: q.enqueue_many([counter()])])
+    with feedq.Pipeline() as pipe:
+        add_queue_runner(runner)
+        assert pipe.runners == [runner] and get_queue_runners() == []
+        got = [int(v) for v in q.dequeue_many(10, timeout=10)]
+        assert [s.name for s in pipe.statistics().stages] == ["added_in_pipe"]
+    assert got == list(range(10))
+    assert runner.statistics().threads_alive == 0
+    add_queue_runner(runner)  # outside any pipeline: the collection, as before
+    assert get_queue_runners() == [runner]
+    clear_queue_runners()
