@@ -25,12 +25,15 @@ import threading
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _provenance as prov
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ._snaplog import SnapshotLog
 
 __all__: list[str] = []
 
@@ -145,7 +148,8 @@ class Ledger:
         self._sizes: dict[int, int] = {}
         # (ticket, positions, smallest unit id) of the last WINDOW tickets.
         self._window: deque[tuple[int, np.ndarray[Any, Any], int]] = deque()
-        self._snapshots: dict[int, Snapshot] = {}
+        # Exact mode with a shuffle buffer: its snapshots by draw (set by the buffer).
+        self.snapshots: SnapshotLog | None = None
         self.untraceable: str | None = None
         self.foreign_producer = False
 
@@ -178,11 +182,6 @@ class Ledger:
         with self._lock:
             if self.untraceable is None:
                 self.untraceable = why
-
-    def add_snapshot(self, draw: int, snap: Snapshot) -> None:
-        """The shuffle buffer after draw ``draw`` (-1: before the first)."""
-        with self._lock:
-            self._snapshots[draw] = snap
 
     # -- consumer side ------------------------------------------------------------
 
@@ -259,8 +258,8 @@ class Ledger:
         Raises:
             InvalidArgumentError: that snapshot is no longer kept.
         """
-        with self._lock:
-            snap = self._snapshots.get(upto - 1)
+        log = self.snapshots
+        snap = None if log is None else log.get(upto - 1)
         if snap is None:
             raise InvalidArgumentError(
                 f"state_dict(upto={upto}): the shuffle buffer's snapshot for it is gone (kept for "
@@ -346,8 +345,8 @@ class Ledger:
         if shift:
             self._closed = self._closed[shift:].copy()
             self._base += shift
-        for draw in [d for d in self._snapshots if d < self.taken - 1 - SNAPSHOT_WINDOW]:
-            del self._snapshots[draw]
+        if self.snapshots is not None:
+            self.snapshots.prune(self.taken - 1 - SNAPSHOT_WINDOW)
         oldest = self.taken - len(self._window)
         for u in [u for u, r in self._records.items() if r.last_ticket < oldest]:
             if u < prov.WORKLIST_BASE and (u < self._base or self._closed[u - self._base]):
