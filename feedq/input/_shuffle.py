@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
 from ..queues import QueueBase, RandomShuffleQueue
-from ._ledger import Ledger, Snapshot
 from . import _snaplog
+from ._ledger import Ledger, Snapshot
 from ._snaplog import SnapshotLog
 
 __all__ = ["ShuffleBuffer"]
