@@ -12,8 +12,8 @@ the parts: while a batcher's enqueue op evaluates its source
 (:func:`begin` .. :func:`end`), a producer stage's take notes the units it hands out
 (:func:`note_taken`), a reader claims the unit it just dequeued
 (:func:`claim_unit`), reports the positions of the records it returns
-(:func:`report_rows`) and the size of each unit it finishes
-(:func:`report_size`). The batcher then reads one :class:`Report`.
+(:func:`report_range`; :func:`report_rows` after a re-read filter) and the
+size of each unit it finishes (:func:`report_size`). The batcher then reads one :class:`Report`.
 
 This module imports nothing from feedq: readers (below ``input`` in the
 layers) and ``input`` both use it.
@@ -185,6 +185,16 @@ def report_rows(unit: Unit, records: np.ndarray[Any, Any]) -> None:
         return
     report.reader_rows = True
     report.tags.append((np.int64(unit.unit) << UNIT_SHIFT) | records.astype(np.int64, copy=False))
+
+
+def report_range(unit: Unit, first: int, count: int) -> None:
+    """A reader returns records ``first .. first + count - 1`` of ``unit``."""
+    report = _state.report
+    if report is None:
+        return
+    report.reader_rows = True
+    start = (unit.unit << UNIT_SHIFT) + first
+    report.tags.append(np.arange(start, start + count, dtype=np.int64))
 
 
 def report_size(unit: Unit, records: int) -> None:
