@@ -66,3 +66,27 @@ def test_replayed_snapshots_of_single_elements(tmp_path: Path,
                                    allow_smaller_final_batch=True)
 
     _same(_snapshots(build, 1, monkeypatch), _snapshots(build, 5, monkeypatch))
+
+
+def test_old_snapshots_are_dropped_recent_ones_rebuilt() -> None:
+    """Snapshots are kept for the last SNAPSHOT_WINDOW tickets: older ones
+    are refused with a clear error, every kept one is rebuilt (and is the
+    buffer as of its ticket: the rows fed minus the rows taken)."""
+    from feedq.errors import InvalidArgumentError
+    from feedq.input._ledger import SNAPSHOT_WINDOW
+
+    with feedq.Pipeline(resumable=True) as pipe:
+        prod = feedq.slice_input_producer([np.arange(20_000)], num_epochs=1, seed=1)
+        stage = feedq.shuffle_batch(prod, 8, capacity=100, min_after_dequeue=50, seed=2)
+        it = iter(pipe)
+        for _ in range(SNAPSHOT_WINDOW + 200):
+            next(it)
+        taken = stage.taken
+        ledger = stage._resume.ledger
+        ledger.check_upto(None)  # applies what was filed, prunes
+        with pytest.raises(InvalidArgumentError, match="snapshot for it is gone"):
+            ledger.snapshot(taken - SNAPSHOT_WINDOW - 40)
+        for upto in range(taken - SNAPSHOT_WINDOW, taken + 1):
+            snap = ledger.snapshot(upto)
+            assert snap.buffer.shape[0] == snap.fed - 8 * upto
+            assert np.unique(snap.buffer).shape[0] == snap.buffer.shape[0]
