@@ -2,7 +2,10 @@
 
 A :class:`Ledger` belongs to a resumable batcher's stage. Every evaluation
 taken from the stage gets a ticket (``Stage.taken`` counts them) and its
-rows' positions are recorded, vectorised (no Python work per record):
+rows' positions are filed; every ``_APPLY_EVERY`` tickets, and before any
+state is read, the filed positions and the runner's reports are applied in
+one batch, vectorised (no Python work per record, a few NumPy calls per
+batch of tickets):
 
 * units (producer elements) are *closed* once every record was delivered
   (their size is reported by the reader that read them to the end; an
