@@ -5,10 +5,20 @@
     (``slice_input_producer`` over ``uint8[N, 1024]``, ``shuffle_batch`` of
     64, ``min_after_dequeue=10_000``), deterministic (one thread: the state
     holds the buffer's positions and generator) and threaded (2 threads);
-(b) batches/s of that pipeline and of a CSV pipeline (TextLineReader +
-    decode_csv + shuffle_batch) built in ``Pipeline(resumable=True)``
-    (positions on every row, ledger, a buffer snapshot per draw) vs plain
-    ``Pipeline()``: interleaved rounds, medians, ratio.
+(b) batches/s and process CPU per batch of that pipeline and of reader
+    pipelines built in ``Pipeline(resumable=True)`` (positions on every row,
+    ledger, the shuffle buffer's draws logged for exact mode) vs plain
+    ``Pipeline()``: interleaved rounds (a plain and a resumable run back to
+    back), medians; the ratio and the added CPU are medians over the
+    rounds' pairs. Process CPU time counts every thread. Reader pipelines
+    (``string_input_producer`` -> one reader thread ``read_block(files,
+    256)`` + decode -> ``shuffle_batch(64, enqueue_many=True)``):
+
+    * CSV basic: 8 files of ``int,float,tag`` lines, ``decode_csv``;
+    * CSV realistic: ``feedq make-data --format csv --layout realistic``
+      (header, id, 8 floats of varying widths, label), ``decode_csv``;
+    * TFRecord realistic: ``feedq make-data --format tfrecord --layout
+      realistic`` Examples, ``parse_example`` of ``label`` and ``x[32]``.
 
 Run: python benchmarks/resume_state.py [--quick]
 """
@@ -31,10 +41,20 @@ except ImportError:  # run as a script from benchmarks/
     from _util import header, table  # type: ignore[no-redef]
 
 import feedq
-from feedq.readers import TextLineReader, decode_csv
+from feedq._datasets import make_dataset
+from feedq.readers import (
+    FixedLenFeature,
+    TextLineReader,
+    TFRecordReader,
+    decode_csv,
+    parse_example,
+)
 
 RECORDS = 40_000
 BATCH = 64
+READER_RECORDS = 200_000  # per realistic data set, in 4 files
+CSV_DEFAULTS: list[list[Any]] = [[0]] + [[0.0]] * 8 + [[0]]
+EX_FEATURES = {"label": FixedLenFeature([], np.int64), "x": FixedLenFeature([32], np.float32)}
 
 
 def memory_pipeline(x: np.ndarray[Any, Any], threads: int) -> feedq.Stage:
@@ -89,33 +109,68 @@ def csv_builder(paths: list[str]) -> Any:
     return build
 
 
+def reader_builder(paths: list[str], make_reader: Any, decode: Any, dtypes: list[Any],
+                   shapes: list[list[int]]) -> Any:
+    """string_input_producer -> one reader (read_block + decode) -> shuffle_batch."""
+    def build(pipe: feedq.Pipeline) -> None:
+        files = feedq.string_input_producer(paths, seed=1)
+        reader = pipe.closing(make_reader())
+
+        def read() -> list[Any]:
+            return decode(reader.read_block(files, 256))
+
+        feedq.shuffle_batch(read, BATCH, capacity=12_000, min_after_dequeue=10_000, seed=7,
+                            enqueue_many=True, dtypes=dtypes, shapes=shapes)
+    return build
+
+
+def _parse(block: Any) -> list[Any]:
+    out = parse_example(block, EX_FEATURES)
+    return [out["label"], out["x"]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="", help="rates only, of the cases whose name contains "
+                        "this (case-insensitive)")
     args = parser.parse_args()
-    rounds = 2 if args.quick else 5
-    batches = 200 if args.quick else 1000
+    rounds = 3 if args.quick else 9
+    batches = 300 if args.quick else 600
     header("resumption: state size, state_dict() time, per-batch cost")
     x = np.random.default_rng(0).integers(0, 255, (RECORDS, 1024), dtype=np.uint8)
     rows = []
-    for threads in (1, 2):
+    for threads in (() if args.only else (1, 2)):
         size, med, worst = state_cost(x, threads, 300)
         mode = "deterministic (1 thread)" if threads == 1 else "threaded (2 threads)"
         rows.append([mode, f"{size / 1024:.1f} KiB", f"{med:.2f} ms", f"{worst:.2f} ms"])
-    print(table(rows, ["10,000-element buffer, 1 KiB records", "state (pickled)",
-                       "state_dict() median", "max"]))
+    if rows:
+        print(table(rows, ["10,000-element buffer, 1 KiB records", "state (pickled)",
+                           "state_dict() median", "max"]))
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for f in range(8):
             p = Path(tmp) / f"part-{f}.csv"
             p.write_text("".join(f"{i},{i * 0.5},tag{i % 97}\n" for i in range(f * 10_000, (f + 1) * 10_000)))
             paths.append(str(p))
+        csv_real = make_dataset(Path(tmp) / "csv", "csv", READER_RECORDS, files=4,
+                                layout="realistic")
+        tf_real = make_dataset(Path(tmp) / "tf", "tfrecord", READER_RECORDS, files=4,
+                               layout="realistic")
         cases = {
             "in-memory 1 KiB rows": lambda pipe: memory_pipeline(x, 1),
-            "CSV (TextLineReader + decode_csv)": csv_builder(paths),
+            "CSV basic (TextLineReader + decode_csv)": csv_builder(paths),
+            "CSV realistic (decode_csv, 10 columns)": reader_builder(
+                csv_real, lambda: TextLineReader(skip_header_lines=1),
+                lambda b: decode_csv(b, CSV_DEFAULTS),
+                [np.int32] + [np.float32] * 8 + [np.int32], [[]] * 10),
+            "TFRecord realistic (parse_example label, x[32])": reader_builder(
+                tf_real, TFRecordReader, _parse, [np.int64, np.float32], [[], [32]]),
         }
         rows = []
         for name, build in cases.items():
+            if args.only.lower() not in name.lower():
+                continue
             plain, tagged = [], []
             for _ in range(rounds):  # interleaved: both see the same machine load
                 plain.append(rate(build, False, batches))
@@ -124,11 +179,14 @@ def main() -> None:
             t = statistics.median(r for r, _ in tagged)
             pc = statistics.median(c for _, c in plain)
             tc = statistics.median(c for _, c in tagged)
-            rows.append([name, f"{p:,.0f}", f"{t:,.0f}", f"{t / p:.2f}x",
-                         f"{pc:,.0f} / {tc:,.0f} µs", f"+{tc - pc:,.0f} µs"])
+            # Per-round pairs (each pair ran back to back) cancel slow load drifts.
+            ratio = statistics.median(b[0] / a[0] for a, b in zip(plain, tagged))
+            added = statistics.median(b[1] - a[1] for a, b in zip(plain, tagged))
+            rows.append([name, f"{p:,.0f}", f"{t:,.0f}", f"{ratio:.2f}x",
+                         f"{pc:,.0f} / {tc:,.0f} µs", f"{added:+,.0f} µs ({added / pc:+.0%})"])
     print(table(rows, ["shuffle_batch(64), seeded, 1 thread", "plain batches/s",
-                       "resumable batches/s", "resumable / plain", "CPU per batch",
-                       "added CPU per batch"]))
+                       "resumable batches/s", "resumable / plain (median of pairs)",
+                       "CPU per batch (plain / resumable)", "added CPU per batch"]))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ the parts: while a batcher's enqueue op evaluates its source
 (:func:`begin` .. :func:`end`), a producer stage's take notes the units it hands out
 (:func:`note_taken`), a reader claims the unit it just dequeued
 (:func:`claim_unit`), reports the positions of the records it returns
-(:func:`report_rows`) and the size of each unit it finishes
-(:func:`report_size`). The batcher then reads one :class:`Report`.
+(:func:`report_range`; :func:`report_rows` after a re-read filter) and the
+size of each unit it finishes (:func:`report_size`). The batcher then reads one :class:`Report`.
 
 This module imports nothing from feedq: readers (below ``input`` in the
 layers) and ``input`` both use it.
@@ -22,7 +22,7 @@ layers) and ``input`` both use it.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,9 +71,10 @@ class Unit:
     filter: UnitFilter | None
 
 
-@dataclass
 class Report:
     """What one evaluation of a batcher's source saw.
+
+    (A plain class with slots, not a dataclass: one is made per evaluation.)
 
     Attributes:
         handed: int64 unit ids the producer handed out.
@@ -85,19 +86,31 @@ class Report:
         producers: the producer objects that handed out units.
     """
 
-    handed: list[np.ndarray[Any, Any]] = field(default_factory=list)
-    tags: list[np.ndarray[Any, Any]] = field(default_factory=list)
-    sizes: list[tuple[int, int]] = field(default_factory=list)
-    unclaimed: list[np.ndarray[Any, Any]] = field(default_factory=list)
-    reader_rows: bool = False
-    producers: list[Any] = field(default_factory=list)
+    __slots__ = ("handed", "tags", "sizes", "unclaimed", "reader_rows", "producers")
+
+    def __init__(self) -> None:
+        self.handed: list[np.ndarray[Any, Any]] = []
+        self.tags: list[np.ndarray[Any, Any]] = []
+        self.sizes: list[tuple[int, int]] = []
+        self.unclaimed: list[np.ndarray[Any, Any]] = []
+        self.reader_rows = False
+        self.producers: list[Any] = []
+
+    def foreign(self, producer: Any) -> bool:
+        """Whether a producer other than ``producer`` handed out units."""
+        return any(p is not producer for p in self.producers)
 
     def row_tags(self) -> np.ndarray[Any, Any] | None:
         """The positions of the rows, or None when both readers and a
         producer's elements gave rows (no single order)."""
-        if self.reader_rows and self.unclaimed:
-            return None
-        parts = self.tags if self.reader_rows else [u << UNIT_SHIFT for u in self.unclaimed]
+        if self.reader_rows:
+            if self.unclaimed:
+                return None
+            parts = self.tags
+        else:
+            parts = [u << UNIT_SHIFT for u in self.unclaimed]
+        if len(parts) == 1:  # the usual case: no copy
+            return parts[0].astype(np.int64, copy=False)
         if not parts:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate(parts).astype(np.int64, copy=False)
@@ -148,8 +161,9 @@ def note_taken(producer: Any, units: np.ndarray[Any, Any], filters: dict[int, Un
     if report is None:
         return
     report.handed.append(units)
-    if not any(p is producer for p in report.producers):
-        report.producers.append(producer)
+    producers = report.producers
+    if not producers or (producers[0] is not producer and not any(p is producer for p in producers)):
+        producers.append(producer)
     _state.pending.append((units, filters))
 
 
@@ -171,6 +185,16 @@ def report_rows(unit: Unit, records: np.ndarray[Any, Any]) -> None:
         return
     report.reader_rows = True
     report.tags.append((np.int64(unit.unit) << UNIT_SHIFT) | records.astype(np.int64, copy=False))
+
+
+def report_range(unit: Unit, first: int, count: int) -> None:
+    """A reader returns records ``first .. first + count - 1`` of ``unit``."""
+    report = _state.report
+    if report is None:
+        return
+    report.reader_rows = True
+    start = (unit.unit << UNIT_SHIFT) + first
+    report.tags.append(np.arange(start, start + count, dtype=np.int64))
 
 
 def report_size(unit: Unit, records: int) -> None:

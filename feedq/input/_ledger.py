@@ -2,7 +2,10 @@
 
 A :class:`Ledger` belongs to a resumable batcher's stage. Every evaluation
 taken from the stage gets a ticket (``Stage.taken`` counts them) and its
-rows' positions are recorded, vectorised (no Python work per record):
+rows' positions are filed; every ``_APPLY_EVERY`` tickets, and before any
+state is read, the filed positions and the runner's reports are applied in
+one batch, vectorised (no Python work per record, a few NumPy calls per
+batch of tickets):
 
 * units (producer elements) are *closed* once every record was delivered
   (their size is reported by the reader that read them to the end; an
@@ -25,12 +28,15 @@ import threading
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _provenance as prov
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ._snaplog import SnapshotLog
 
 __all__: list[str] = []
 
@@ -39,7 +45,8 @@ WINDOW = 1024
 #: Shuffle-buffer snapshots kept for tickets already taken.
 SNAPSHOT_WINDOW = 128
 _MASK = (1 << prov.UNIT_SHIFT) - 1
-_PRUNE_EVERY = 64
+# Reports noted and tickets delivered are applied in batches of this many.
+_APPLY_EVERY = 32
 
 
 def pack(arr: np.ndarray[Any, Any]) -> str:
@@ -143,26 +150,82 @@ class Ledger:
         self._worklist_closed = np.zeros(0, dtype=bool)
         self._records: dict[int, _Records] = {}
         self._sizes: dict[int, int] = {}
-        # (ticket, positions, smallest unit id) of the last WINDOW tickets.
-        self._window: deque[tuple[int, np.ndarray[Any, Any], int]] = deque()
-        self._snapshots: dict[int, Snapshot] = {}
+        # (ticket, positions) of the last WINDOW tickets.
+        self._window: deque[tuple[int, np.ndarray[Any, Any]]] = deque(maxlen=WINDOW)
+        # (last ticket, smallest unit id) of each batch of tickets applied.
+        self._lows: deque[tuple[int, int]] = deque()
+        # Reports noted and positions delivered, not yet applied (see _apply).
+        self._reports: list[prov.Report] = []
+        self._delivered: list[np.ndarray[Any, Any]] = []
+        # Exact mode with a shuffle buffer: its snapshots by draw (set by the buffer).
+        self.snapshots: SnapshotLog | None = None
         self.untraceable: str | None = None
         self.foreign_producer = False
 
     # -- runner side --------------------------------------------------------------
 
     def note(self, report: prov.Report, producer: Any) -> None:
-        """What one evaluation of the batcher's source handed out and finished."""
+        """What one evaluation of the batcher's source handed out and finished
+        (applied later, with others: see :meth:`_apply`)."""
         with self._lock:
-            if any(p is not producer for p in report.producers):
+            if report.foreign(producer):
                 self.foreign_producer = True
-            for ids in report.handed:
-                normal = ids[ids < prov.WORKLIST_BASE]
-                if normal.shape[0]:
-                    top = int(normal.max()) + 1
-                    if top > self._next:
-                        self._next = top
-                        self._grow(top)
+            self._reports.append(report)
+            if len(self._reports) >= _APPLY_EVERY:
+                self._apply_reports()
+
+    def untrace(self, why: str) -> None:
+        """Rows without positions went through: state_dict() must refuse."""
+        with self._lock:
+            if self.untraceable is None:
+                self.untraceable = why
+
+    # -- consumer side ------------------------------------------------------------
+
+    def deliver(self, tags: np.ndarray[Any, Any]) -> int:
+        """Record one evaluation taken by the consumer; its ticket.
+
+        This runs on every take, so it only files the positions: they are
+        applied to the bitmaps every :data:`_APPLY_EVERY` tickets, and before
+        any state is read (:meth:`_apply`), a few NumPy calls for them all.
+        """
+        tags = np.asarray(tags, dtype=np.int64).reshape(-1)
+        with self._lock:
+            ticket = self.taken
+            self.taken = ticket + 1
+            self._window.append((ticket, tags))
+            self._delivered.append(tags)
+            if len(self._delivered) >= _APPLY_EVERY:
+                self._apply()
+            return ticket
+
+    # -- applying (lock held) -----------------------------------------------------
+
+    def _apply(self) -> None:
+        """Apply what was noted and delivered since the last call, then prune."""
+        self._apply_reports()
+        parts = self._delivered
+        if parts:
+            self._delivered = []
+            self._apply_tags(np.concatenate(parts) if len(parts) > 1 else parts[0])
+            self._prune()
+
+    def _apply_reports(self) -> None:
+        reports, self._reports = self._reports, []
+        if not reports:
+            return
+        base = prov.WORKLIST_BASE
+        handed = [ids for r in reports for ids in r.handed if ids.shape[0]]
+        if handed:
+            ids = np.concatenate(handed) if len(handed) > 1 else handed[0]
+            top = int(ids.max()) + 1
+            if top > base:  # work-list units among them
+                normal = ids[ids < base]
+                top = int(normal.max()) + 1 if normal.shape[0] else 0
+            if top > self._next:
+                self._next = top
+                self._grow(top)
+        for report in reports:
             if not self.single and not report.reader_rows:
                 for ids in report.unclaimed:  # the producer's elements are the rows
                     for u in ids.tolist():
@@ -173,59 +236,57 @@ class Ledger:
                 if size == 0 or (rec is not None and rec.count >= size):
                     self._close(np.array([unit], dtype=np.int64))
 
-    def untrace(self, why: str) -> None:
-        """Rows without positions went through: state_dict() must refuse."""
-        with self._lock:
+    def _apply_tags(self, tags: np.ndarray[Any, Any]) -> None:
+        """Positions delivered by the tickets up to ``taken - 1``."""
+        ticket = self.taken - 1
+        if tags.shape[0] == 0:
+            return
+        lo = int(tags.min()) >> prov.UNIT_SHIFT
+        self._lows.append((ticket, lo))
+        if lo < 0:
             if self.untraceable is None:
-                self.untraceable = why
-
-    def add_snapshot(self, draw: int, snap: Snapshot) -> None:
-        """The shuffle buffer after draw ``draw`` (-1: before the first)."""
-        with self._lock:
-            self._snapshots[draw] = snap
-
-    # -- consumer side ------------------------------------------------------------
-
-    def deliver(self, tags: np.ndarray[Any, Any]) -> int:
-        """Record one evaluation taken by the consumer; its ticket."""
-        tags = np.asarray(tags, dtype=np.int64).reshape(-1)
-        with self._lock:
-            ticket = self.taken
-            self.taken += 1
-            lo = int(tags.min()) >> prov.UNIT_SHIFT if tags.shape[0] else 1 << 62
-            self._window.append((ticket, tags, lo))
-            if len(self._window) > WINDOW:
-                self._window.popleft()
-            if tags.shape[0] == 0:
-                return ticket
-            if lo < 0:
-                if self.untraceable is None:
-                    self.untraceable = "rows of unknown origin were delivered"
-                return ticket
+                self.untraceable = "rows of unknown origin were delivered"
+            return
+        hi = int(tags.max()) >> prov.UNIT_SHIFT
+        if self.single:
             units = tags >> prov.UNIT_SHIFT
-            if self.single:
-                self._close(units)
+            if hi < prov.WORKLIST_BASE and lo >= self._base:
+                # Stream units only (the usual case): one scatter.
+                top = hi + 1
+                if top > self._next:  # delivered before its hand-out was noted
+                    self._next = top
+                self._grow(top)
+                units -= self._base
+                self._closed[units] = True
             else:
-                recs = tags & _MASK
-                uniq, inverse = np.unique(units, return_inverse=True)
-                for j, u in enumerate(uniq.tolist()):
-                    mine = recs[inverse == j]
-                    rec = self._records.get(u)
-                    if rec is None:
-                        rec = self._records[u] = _Records(np.zeros(0, dtype=bool), 0, ticket)
-                    rec.add(mine, ticket)
-                    size = self._sizes.get(u)
-                    if size is not None and rec.count >= size:
-                        self._close(np.array([u], dtype=np.int64))
-            if ticket % _PRUNE_EVERY == 0:
-                self._prune()
-            return ticket
+                self._close(units)
+        elif lo == hi:
+            self._add_records(lo, tags & _MASK, ticket)
+        else:
+            # Group by unit: one sort, then a slice per unit.
+            tags = np.sort(tags)
+            units = tags >> prov.UNIT_SHIFT
+            cuts = (np.flatnonzero(units[1:] != units[:-1]) + 1).tolist()
+            recs = tags & _MASK
+            for a, b in zip([0, *cuts], [*cuts, tags.shape[0]]):
+                self._add_records(int(units[a]), recs[a:b], ticket)
+
+    def _add_records(self, unit: int, recs: np.ndarray[Any, Any], ticket: int) -> None:
+        """Records ``recs`` of ``unit`` were delivered."""
+        rec = self._records.get(unit)
+        if rec is None:
+            rec = self._records[unit] = _Records(np.zeros(0, dtype=bool), 0, ticket)
+        rec.add(recs, ticket)
+        size = self._sizes.get(unit)
+        if size is not None and rec.count >= size:
+            self._close(np.array([unit], dtype=np.int64))
 
     # -- state --------------------------------------------------------------------
 
     def check_upto(self, upto: int | None) -> int:
         """``upto`` checked against the tickets kept (None: all taken)."""
         with self._lock:
+            self._apply()
             if self.untraceable is not None:
                 raise InvalidArgumentError(f"this pipeline cannot be resumed: {self.untraceable}")
             if self.foreign_producer:
@@ -248,7 +309,7 @@ class Ledger:
     def last_tag(self, upto: int) -> int | None:
         """The position of the last row of ticket ``upto - 1`` (None for 0)."""
         with self._lock:
-            for ticket, tags, _ in reversed(self._window):
+            for ticket, tags in reversed(self._window):
                 if ticket == upto - 1:
                     return int(tags[-1]) if tags.shape[0] else None
         return None
@@ -259,8 +320,8 @@ class Ledger:
         Raises:
             InvalidArgumentError: that snapshot is no longer kept.
         """
-        with self._lock:
-            snap = self._snapshots.get(upto - 1)
+        log = self.snapshots
+        snap = None if log is None else log.get(upto - 1)
         if snap is None:
             raise InvalidArgumentError(
                 f"state_dict(upto={upto}): the shuffle buffer's snapshot for it is gone (kept for "
@@ -271,7 +332,8 @@ class Ledger:
     def any_view(self, upto: int) -> AnyView:
         """Units not closed and their delivered records, as of ticket ``upto``."""
         with self._lock:
-            extra = [t for ticket, t, _ in self._window if ticket >= upto and t.shape[0]]
+            self._apply()
+            extra = [t for ticket, t in self._window if ticket >= upto and t.shape[0]]
             undo = np.concatenate(extra) if extra else np.zeros(0, dtype=np.int64)
             closed = self._closed[: self._next - self._base].copy()
             wl_closed = self._worklist_closed.copy()
@@ -339,16 +401,19 @@ class Ledger:
     def _prune(self) -> None:
         """Advance the closed prefix (not past a unit of a kept ticket) and
         forget closed units no kept ticket refers to."""
-        lo = min((w[2] for w in self._window), default=self._next)
+        oldest = self.taken - len(self._window)
+        lows = self._lows
+        while lows and lows[0][0] < oldest:
+            lows.popleft()
+        lo = min((low for _, low in lows), default=self._next)
         span = self._closed[: self._next - self._base]
         first_open = int(np.argmin(span)) if span.shape[0] and not span.all() else span.shape[0]
         shift = max(0, min(first_open, lo - self._base))
         if shift:
             self._closed = self._closed[shift:].copy()
             self._base += shift
-        for draw in [d for d in self._snapshots if d < self.taken - 1 - SNAPSHOT_WINDOW]:
-            del self._snapshots[draw]
-        oldest = self.taken - len(self._window)
+        if self.snapshots is not None:
+            self.snapshots.prune(self.taken - 1 - SNAPSHOT_WINDOW)
         for u in [u for u, r in self._records.items() if r.last_ticket < oldest]:
             if u < prov.WORKLIST_BASE and (u < self._base or self._closed[u - self._base]):
                 del self._records[u]

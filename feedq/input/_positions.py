@@ -70,6 +70,7 @@ class ProducerTracker:
         self._plan_values: list[Any] = []
         self._plan_filters: list[prov.UnitFilter | None] = []
         self._plan_emitted = False
+        self._plan_taken = False  # every plan code was taken (see resolve)
         self._start = 0  # the ordinal the stream continues from
         self._filters: dict[int, prov.UnitFilter] = {}
         self._worklist: list[Any] = []  # values of work-list units (elastic)
@@ -150,6 +151,12 @@ class ProducerTracker:
     def resolve(self, codes: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], dict[int, prov.UnitFilter]]:
         """Unit ids of taken codes, and the re-read filters of those that have one."""
         codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+        if self._plan_taken or not self._plan_units or not codes.shape[0]:
+            return codes, {}
+        if codes[-1] >= 0:
+            # The plan is enqueued first, in one block: a stream code taken
+            # means every plan code was taken, by now or before.
+            self._plan_taken = True
         neg = codes < 0
         if not neg.any():
             return codes, {}
@@ -194,6 +201,7 @@ class ProducerTracker:
         self._plan_values = [v for _, v, _ in entries]
         self._plan_filters = [f for _, _, f in entries]
         self._plan_emitted = False
+        self._plan_taken = False
         self._start = start
         with self.epochs._lock:
             self.epochs.started = start // self.n

@@ -18,7 +18,9 @@ import numpy as np
 
 from ..errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
 from ..queues import QueueBase, RandomShuffleQueue
+from . import _snaplog
 from ._ledger import Ledger, Snapshot
+from ._snaplog import SnapshotLog
 
 __all__ = ["ShuffleBuffer"]
 
@@ -64,17 +66,19 @@ class ShuffleBuffer:
         self._writers = writers  # guarded by self._lock
         self._fed = 0  # rows put by put(many=True) so far; guarded by self._lock
         # Exact resumption (a resumable pipeline; the last column holds
-        # positions): a snapshot after every draw goes to the ledger.
-        self._ledger: Ledger | None = None
+        # positions): what the buffer does is logged for the ledger's
+        # snapshots (see _snaplog).
+        self._log: SnapshotLog | None = None
         self._draws = 0
         self._last: int | None = None  # position of the last row put
         self._pool: list[list[Any]] | None = None  # rows re-read for a restore
         self._restore: Snapshot | None = None
 
     def track(self, ledger: Ledger) -> None:
-        """Snapshot the buffer for ``ledger`` after every draw (one writer only)."""
-        self._ledger = ledger
-        ledger.add_snapshot(-1, self._snapshot())
+        """Keep the buffer's snapshots by draw for ``ledger`` (one writer only)."""
+        self._log = SnapshotLog(self._batch_size, self._min_after)
+        ledger.snapshots = self._log
+        self._log.checkpoint(-1, self._snapshot())
 
     def restore(self, snap: Snapshot) -> None:
         """Before anything is put: the first ``len(snap.buffer)`` rows put
@@ -82,13 +86,10 @@ class ShuffleBuffer:
         order, without a draw, and the generator gets its saved state."""
         self._restore = snap
         self._pool = []
-        self._ledger_add(-1, snap)
+        if self._log is not None:
+            self._log.checkpoint(-1, snap)
         if snap.buffer.shape[0] == 0:
             self._finish_restore()
-
-    def _ledger_add(self, draw: int, snap: Snapshot) -> None:
-        if self._ledger is not None:
-            self._ledger.add_snapshot(draw, snap)
 
     def _snapshot(self) -> Snapshot:
         tags, rng = self._buf._snapshot(-1)
@@ -144,10 +145,12 @@ class ShuffleBuffer:
             if rest is None:
                 return
             values, many = rest
+        log = self._log
         if not many:
             buf.enqueue(values)
-            if self._ledger is not None:
-                self._last = int(values[-1])
+            if log is not None:
+                self._last = last = int(values[-1])
+                log.put(last)
             self._drain(final=False)
             return
         # Insert in pieces that end at multiples of batch_size counted over
@@ -161,9 +164,12 @@ class ShuffleBuffer:
                 take = min(batch_size - self._fed % batch_size, n - start)
                 self._fed += take
                 aligned = self._fed % batch_size == 0
-            buf.enqueue_many([np.asarray(v)[start : start + take] for v in values])
-            if self._ledger is not None:
-                self._last = int(values[-1][start + take - 1])
+            chunk = [np.asarray(v)[start : start + take] for v in values]
+            buf.enqueue_many(chunk)
+            if log is not None:
+                tags = chunk[-1]
+                self._last = int(tags[-1])
+                log.put(tags)
             start += take
             if aligned:
                 self._drain(final=False)
@@ -181,6 +187,8 @@ class ShuffleBuffer:
                     "re-read (the input files changed?)"
                 )
             self._buf.close()
+            if self._log is not None:
+                self._log.close()
             self._drain(final=True)
 
     def _drain(self, final: bool) -> None:
@@ -195,8 +203,13 @@ class ShuffleBuffer:
                     return
             except (DeadlineExceededError, OutOfRangeError):
                 return
-            if self._ledger is not None:
+            log = self._log
+            if log is not None:
                 # Before the batch can be taken: state_dict() may ask for it.
-                self._ledger_add(self._draws, self._snapshot())
-                self._draws += 1
+                draw = self._draws
+                self._draws = draw + 1
+                if draw % _snaplog.CHECKPOINT_EVERY == 0:
+                    log.checkpoint(draw, self._snapshot())
+                else:
+                    log.draw(draw, self._fed, self._last, final)
             self._out.enqueue_many(blk)

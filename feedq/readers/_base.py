@@ -478,13 +478,16 @@ class ReaderBase:
     def _track(self, unit: _provenance.Unit, block: Any) -> Any:
         """Report the positions of ``block``'s records and drop those the
         unit's re-read filter excludes (resumable pipelines)."""
-        records = np.arange(self._unit_next, self._unit_next + len(block), dtype=np.int64)
+        first = self._unit_next
         self._unit_next += len(block)
-        if unit.filter is not None:
-            mask = unit.filter.keep(records)
-            if not mask.all():
-                block = _subset(block, mask)
-                records = records[mask]
+        if unit.filter is None:  # the usual case: one arange of positions
+            _provenance.report_range(unit, first, len(block))
+            return block
+        records = np.arange(first, first + len(block), dtype=np.int64)
+        mask = unit.filter.keep(records)
+        if not mask.all():
+            block = _subset(block, mask)
+            records = records[mask]
         _provenance.report_rows(unit, records)
         return block
 
