@@ -249,8 +249,10 @@ def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
         mine = [to_text(v) for v in tracker.arr.tolist()]
         if state.get("inputs") != mine:
             shard = state.get("shard") or {}
-            which = (f"rank {shard['rank']} of {shard['world']}: it must read "
-                     f"files[{shard['rank']}::{shard['world']}]") if shard else "rank r of N must read files[r::N]"
+            which = "rank r of N must read files[r::N]"
+            if shard:
+                r, world = shard["rank"], shard["world"]
+                which = f"rank {r} of {world}: it must read files[{r}::{world}]"
             raise InvalidArgumentError(
                 "this rank's files are not the ones the re-sharded state was dealt for "
                 f"(the state is for {which})"
