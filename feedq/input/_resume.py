@@ -258,7 +258,8 @@ def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
                 f"(the state is for {which})"
             )
     tracker.seed = int(state["producer"]["seed"])
-    tracker.shard = state.get("shard")  # rank and world of a re-sharded run, saved again
+    if tracker.shard is None:  # rank and world of a re-sharded run, saved again
+        tracker.shard = state.get("shard")
     tracker._orders.clear()
     view, worklist = _view(state, tracker.n)
     worklist = [to_bytes(v) for v in worklist]
