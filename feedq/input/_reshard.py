@@ -62,7 +62,8 @@ def reshard_states(
             order or one rank's state twice are refused even when every
             shard has as many files. Without it, the order is checked by
             what the states hold: shard sizes, no file in two states, and
-            the rank each state names when it came from a re-sharded run.
+            the rank each state names when its files came from
+            ``distributed.shard_files`` or it came from a re-sharded run.
 
     Returns:
         One state per new rank (plain data, like ``state_dict()``'s).
