@@ -98,6 +98,10 @@ def shard_files(files: Sequence[str], rank: int | None = None, world_size: int |
                 *, split_records: bool = False) -> list[str] | list[FileShard]:
     """The files this worker reads: ``files[rank::world_size]``.
 
+    The list remembers its rank and world size: a resumable pipeline over it
+    saves them in its state, so that :func:`feedq.reshard_states` refuses
+    states given in the wrong rank order.
+
     Args:
         files: the whole file list, in the same order on every worker.
         rank, world_size: this worker; ``None`` reads :func:`worker_info`.
@@ -125,7 +129,17 @@ def shard_files(files: Sequence[str], rank: int | None = None, world_size: int |
                 "or provide at least as many files as workers"
             )
         return [FileShard(f, rank, world_size) for f in files]
-    return files[rank::world_size]
+    return _FileList(files[rank::world_size], rank, world_size)
+
+
+class _FileList(list[str]):
+    """``files[rank::world_size]`` that remembers which shard it is: a
+    resumable pipeline's state records it (``"shard"``), and
+    :func:`feedq.reshard_states` checks the states' rank order by it."""
+
+    def __init__(self, files: list[str], rank: int, world_size: int) -> None:
+        super().__init__(files)
+        self.feedq_shard = {"rank": rank, "world": world_size}
 
 
 def shard_records(records: Iterable[T], index: int, count: int) -> Iterator[T]:

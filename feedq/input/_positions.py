@@ -78,6 +78,7 @@ class ProducerTracker:
         self.fingerprint_extra: dict[str, Any] | None = None
         self.overflow = False  # more than WORKLIST_BASE units were emitted
         self._fingerprint: dict[str, Any] | None = None  # the inputs never change
+        self.shard: dict[str, int] | None = None  # rank/world of a re-sharded state (elastic)
 
     # -- orders -------------------------------------------------------------------
 

@@ -220,9 +220,13 @@ def string_input_producer(
     arr = _as_array(strings, "string_input_producer")
     if arr.ndim != 1:
         raise ValueError(f"string_input_producer expects a 1-D list of strings, got shape {list(arr.shape)}")
-    return _producer(arr, element_shape=None, num_epochs=num_epochs, shuffle=shuffle, seed=seed,
-                     capacity=capacity, shared_name=shared_name, name=name or "input_producer",
-                     cancel_op=cancel_op, kind="string")
+    stage = _producer(arr, element_shape=None, num_epochs=num_epochs, shuffle=shuffle, seed=seed,
+                      capacity=capacity, shared_name=shared_name, name=name or "input_producer",
+                      cancel_op=cancel_op, kind="string")
+    shard = getattr(string_tensor, "feedq_shard", None)  # from distributed.shard_files
+    if shard is not None and stage._tracker is not None:
+        stage._tracker.shard = dict(shard)  # saved in the state, for reshard_states
+    return stage
 
 
 class _MatchedFiles(Sequence[str]):

@@ -11,6 +11,7 @@ plain data::
      "skips": {"index", "counts", "ranges"},  # their delivered records (ranges)
      "worklist": [...],                   # values of work-list units (elastic)
      "inputs": [...] or None,             # a string producer's inputs (elastic)
+     "shard": None or {"rank", "world"},  # set by reshard_states, kept after
      "exact": None or {"last", "buffer", "rng", "fed"}}
 
 *Any mode* restore re-reads the units not closed (skipping their delivered
@@ -130,6 +131,7 @@ class Resume:
             },
             "worklist": [_plain(v) for v in worklist],
             "inputs": [to_text(v) for v in tracker.arr.tolist()] if tracker.kind == "string" else None,
+            "shard": tracker.shard,
             "exact": self._exact_part(upto) if self.exact else None,
         }
         return state
@@ -246,11 +248,18 @@ def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
     if state.get("elastic"):
         mine = [to_text(v) for v in tracker.arr.tolist()]
         if state.get("inputs") != mine:
+            shard = state.get("shard") or {}
+            which = "rank r of N must read files[r::N]"
+            if shard:
+                r, world = shard["rank"], shard["world"]
+                which = f"rank {r} of {world}: it must read files[{r}::{world}]"
             raise InvalidArgumentError(
                 "this rank's files are not the ones the re-sharded state was dealt for "
-                "(rank r of N must read files[r::N])"
+                f"(the state is for {which})"
             )
     tracker.seed = int(state["producer"]["seed"])
+    if tracker.shard is None:  # rank and world of a re-sharded run, saved again
+        tracker.shard = state.get("shard")
     tracker._orders.clear()
     view, worklist = _view(state, tracker.n)
     worklist = [to_bytes(v) for v in worklist]
