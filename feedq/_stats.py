@@ -498,7 +498,8 @@ def format_report(stats: PipelineStatistics) -> str:
     into its queue, decoded, in MB = 1e6 bytes) are over the elapsed time.
     """
     el = stats.elapsed
-    names = [s.name for s in stats.stages] + [q.name for q in stats.queues]
+    names = ([s.name for s in stats.stages] + [q.name for q in stats.queues]
+             + [b.name for b in stats.shuffle_buffers])
     w = min(48, max([12, *map(len, names)]))
     lines = [f"pipeline statistics after {el:.2f} s"]
     header = (f"{'stage':<{w}} {'kind':<9} {'thr':>3} {'busy':>6} {'in wait':>8} "
@@ -530,11 +531,11 @@ def format_report(stats: PipelineStatistics) -> str:
         lines.append("")
         lines.append(sheader)
         lines.append("-" * len(sheader))
-        for b in stats.shuffle_buffers:
+        for sb in stats.shuffle_buffers:
             lines.append(
-                f"{_clip(b.name, w):<{w}} {b.size:>6} {b.peak:>6} "
-                f"{b.min_after_dequeue + b.batch_size:>9} {b.capacity:>8} "
-                f"{_pct(b.fraction_over_min_after_dequeue):>8}")
+                f"{_clip(sb.name, w):<{w}} {sb.size:>6} {sb.peak:>6} "
+                f"{sb.min_after_dequeue + sb.batch_size:>9} {sb.capacity:>8} "
+                f"{_pct(sb.fraction_over_min_after_dequeue):>8}")
         lines.append("  (draws at: min_after_dequeue + batch_size; capacity: as given, buffer "
                      "plus output queue; over min: TF1's fraction_over_min_after_dequeue)")
     c = stats.consumer
