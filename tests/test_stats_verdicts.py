@@ -205,3 +205,27 @@ def test_queue_timing_is_unchanged() -> None:
     s = StageTiming("s", "runner", 1, 0.0, 0.0, 0.0, 0, 0)
     assert q.capacity == 10 and (s.batch_size, s.capacity) == (None, -1)
     assert Bottleneck("s", "r").cause == "stage"
+
+
+def test_prometheus_exports_the_shuffle_buffer() -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    n, cap, m, bs = 300, 150, 50, 20
+    with feedq.Pipeline() as pipe:
+        ids = feedq.range_input_producer(n, num_epochs=1, shuffle=False)
+        batches = feedq.shuffle_batch(ids, bs, capacity=cap, min_after_dequeue=m, seed=3,
+                                      allow_smaller_final_batch=True)
+        wait_until(lambda: batches.queue.size() == cap - m, 10.0, "a full output queue")
+        registry = CollectorRegistry()
+        registry.register(feedq.prometheus_collector(pipe))
+        text = generate_latest(registry).decode()
+        got = [int(v) for b in batches for v in b]
+    assert sorted(got) == list(range(n))
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    (size,) = families["feedq_shuffle_buffer_size"].samples
+    assert size.labels == {"buffer": "shuffle_batch/random_shuffle_queue"}
+    assert m <= size.value < m + 2 * bs
+    (over,) = families["feedq_shuffle_fraction_over_min_after_dequeue"].samples
+    assert 0.9 < over.value <= 1.0  # the output queue alone holds cap - m
