@@ -26,7 +26,7 @@ from ._schema import OnError, Schema, make_reader
 from .errors import DeadlineExceededError, OutOfRangeError
 from .pipeline import Pipeline, PipelineStatistics
 
-__all__ = ["BenchResult", "cpu_seconds", "run_bench", "verdict_line"]
+__all__ = ["BenchResult", "cpu_advice", "cpu_seconds", "run_bench", "verdict_line"]
 
 
 @dataclass
@@ -42,7 +42,12 @@ class BenchResult:
     payload_bytes: int = 0
     records_per_s: float = 0.0
     mb_per_s: float = 0.0
+    #: Time the consumer loop spent inside its take (blocked waiting plus
+    #: copying the batch out), over ``seconds``; kept for compatibility.
     consumer_wait_fraction: float = 0.0
+    #: Time the consumer was blocked waiting for data (the statistics'
+    #: ``consumer.wait_s``), over the pipeline's elapsed time.
+    consumer_blocked_fraction: float = 0.0
     batch_queue_fill_mean: float = 0.0
     batch_queue_fill_max: float = 0.0
     filename_queue_fill_mean: float = 0.0
@@ -113,7 +118,12 @@ def _verdict(result: BenchResult) -> str:
         why = reason.removeprefix("the consumer is the limit").strip()
         if why.startswith("(") and why.endswith(")"):
             why = why[1:-1]
+        if "device" in result.extra:
+            # The pipeline's consumer is the device feeder, not the loop.
+            why = why.replace("it waited", "the device feeder waited on the pipeline", 1)
         return f"bottleneck: none in the pipeline: {who} is the limit: {why}"
+    if b.cause == "capacity":
+        return f"bottleneck: the capacity of the batch queue {b.stage!r}: {reason}"
     if kinds.get(b.stage) == "batcher":
         n = threads.get(b.stage, 1)
         hint = _readers_hint(result, stats, b.stage)
@@ -258,7 +268,9 @@ def run_bench(
                 # Stop the clock before teardown; stop the pipeline first so a
                 # feeder blocked on the stage wakes, then close the feeder.
                 stopped_at = time.perf_counter()
-                result.statistics = pipe.statistics()
+                result.statistics = stats = pipe.statistics()
+                if stats.elapsed > 0:
+                    result.consumer_blocked_fraction = min(1.0, stats.consumer.wait_s / stats.elapsed)
                 pipe.stop()
                 if feeder is not None:
                     feeder.close()
@@ -364,12 +376,39 @@ def _readers_hint(result: BenchResult, stats: PipelineStatistics, stage: str) ->
     used = result.cpu_seconds / result.seconds if result.seconds > 0 else 0.0
     busy_s = sum(s.busy_s for s in stats.stages if s.name == stage)
     busy = busy_s / stats.elapsed if stats.elapsed > 0 else 0.0
+    return cpu_advice(busy, used, result.cpus)
+
+
+#: The process got less CPU than this (CPUs) while its threads were busy:
+#: other processes held the CPUs (one thread holding the GIL gets ~1).
+_STARVED_CPU = 0.6
+
+
+def cpu_advice(busy: float, used: float, cpus: int) -> str:
+    """The advice on readers that the figures support.
+
+    Args:
+        busy: thread-seconds per second the reader threads were busy (not
+            waiting on queues): the CPU they asked for.
+        used: CPU-seconds per second the process used (all threads).
+        cpus: CPUs the process may use.
+    """
     figures = (f"the reader threads were busy {busy:.1f} thread-s/s, the process used {used:.1f} "
-               f"of {result.cpus} CPUs")
-    if busy > used + 0.5:
-        return (f"{figures}: busy threads waited for the GIL or for CPUs other processes held; "
-                "more readers will not help, cheaper decoding would")
-    if used < result.cpus - 0.5:
+               f"of {cpus} CPUs")
+    if busy > used + 0.5:  # the busy threads did not get the CPU they wanted
+        if used < _STARVED_CPU:
+            return (f"{figures}: other processes held the CPUs (machine load), not decoding or "
+                    "the GIL; re-run on a quieter machine before tuning readers")
+        if used >= cpus - 0.5:
+            return f"{figures}: every CPU is busy; cheaper decoding would help, more readers not"
+        if used <= 1.0 + (1.0 - _STARVED_CPU):
+            return (f"{figures}: the process ran about one CPU at a time, so the busy threads "
+                    "took turns on the GIL; more readers will not help, cheaper decoding or "
+                    "decoding in worker processes (process_stage) would")
+        return (f"{figures}: busy threads waited for the GIL or for CPUs other processes held "
+                "(CPUs were left over); more readers will not help, cheaper decoding or "
+                "a quieter machine would")
+    if used < cpus - 0.5:
         return f"{figures}: more --readers or --threads can help"
     return f"{figures}: every CPU is busy; cheaper decoding would help, more readers not"
 

@@ -99,6 +99,17 @@ class _PipelineCollector:
             deq.add_metric(lv, q.dequeue_wait_s)
         yield from (size, cap, mean, peak, enq, deq)
 
+        sb_size = family("gauge", "shuffle_buffer_size",
+                         "Elements in a shuffle buffer now (draws at min_after_dequeue + "
+                         "batch_size).", ["buffer"])
+        sb_over = family("gauge", "shuffle_fraction_over_min_after_dequeue",
+                         "TF1's summary: elements held over min_after_dequeue / "
+                         "(capacity - min_after_dequeue).", ["buffer"])
+        for sb in stats.shuffle_buffers:
+            sb_size.add_metric([*values, sb.name], sb.size)
+            sb_over.add_metric([*values, sb.name], sb.fraction_over_min_after_dequeue)
+        yield from (sb_size, sb_over)
+
         c = stats.consumer
         takes = family("counter", "consumer_takes", "Evaluations taken by the consumer.", [])
         takes.add_metric(values, c.takes)
@@ -134,7 +145,9 @@ def prometheus_collector(
     ``stage_threads``; ``queue_size``, ``queue_capacity``,
     ``queue_mean_fill``, ``queue_max_fill`` (gauges),
     ``queue_enqueue_wait_seconds``, ``queue_dequeue_wait_seconds`` (label
-    ``queue``); ``consumer_takes``, ``consumer_waited_takes``,
+    ``queue``); ``shuffle_buffer_size``,
+    ``shuffle_fraction_over_min_after_dequeue`` (label ``buffer``);
+    ``consumer_takes``, ``consumer_waited_takes``,
     ``consumer_wait_seconds``, ``consumer_readiness``; ``bottleneck``
     (label ``stage``); ``elapsed_seconds``.
 

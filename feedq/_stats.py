@@ -10,7 +10,10 @@ Where the figures come from (always on, per block not per record):
 * queues: the engine counts dequeue calls, the size each found (mean fill),
   the peak size (max fill) and the calls that waited and for how long;
 * the consumer: the dequeue calls on the pipeline's output stage's queue
-  (a process stage counts its own takes).
+  (a process stage counts its own takes);
+* shuffle buffers (``shuffle_batch`` and friends): the elements held for
+  random draws, beside the stage's output queue (see
+  :class:`ShuffleBufferTiming`).
 
 The classes are public as ``feedq.PipelineStatistics`` and friends (their
 ``__module__`` is ``feedq.pipeline``, which re-exports them).
@@ -21,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,7 @@ __all__ = [
     "ConsumerTiming",
     "PipelineStatistics",
     "QueueTiming",
+    "ShuffleBufferTiming",
     "StageTiming",
     "collect",
     "format_report",
@@ -58,8 +62,12 @@ class StageTiming:
         input_wait_s: time blocked taking from an upstream queue.
         output_wait_s: time blocked putting into its own (full) queue.
         records_out: elements put into its queue (batches for a process stage).
-        bytes_out: bytes of those elements (exact for fixed-size numeric
-            components, estimated from queued elements for the others).
+        bytes_out: bytes of those elements as they sit in the queue (decoded
+            arrays, not the records' payload on disk; exact for fixed-size
+            numeric components, estimated from queued elements for the others).
+        batch_size: the batch size of a batcher (elements per take), else ``None``.
+        capacity: the capacity of the stage's queue (-1: unbounded or not a
+            feedq queue).
     """
 
     name: str
@@ -70,6 +78,8 @@ class StageTiming:
     output_wait_s: float
     records_out: int
     bytes_out: int
+    batch_size: int | None = None
+    capacity: int = -1
 
     def share(self, elapsed: float) -> tuple[float, float, float]:
         """``(busy, input wait, output wait)`` as shares of ``elapsed`` x threads."""
@@ -107,6 +117,40 @@ class QueueTiming:
 
 
 @dataclass(frozen=True)
+class ShuffleBufferTiming:
+    """The shuffle buffer of a shuffling batcher (``shuffle_batch`` and friends).
+
+    ``shuffle_batch(capacity=C, min_after_dequeue=M)`` keeps its elements in
+    two places: the buffer the batches are drawn from (it draws a batch each
+    time it holds ``M + batch_size``, so it holds at most that plus one
+    inserted block) and the stage's output queue of drawn elements
+    (``<name>/shuffled_fifo_queue``, capacity ``max(batch_size, C - M)``).
+
+    Attributes:
+        name: the buffer's name (``<name>/random_shuffle_queue``).
+        output: the name of the queue its draws go to.
+        size: elements in the buffer now.
+        peak: the most it held.
+        min_after_dequeue: ``M``.
+        batch_size: elements per draw.
+        capacity: ``C``, the capacity the user gave (buffer and output queue).
+        fraction_over_min_after_dequeue: TF1's summary of the same name:
+            ``max(0, held - M) / (C - M)``, where ``held`` is what the buffer
+            and the output queue hold now (0: the consumer drains the shuffle
+            queue down to its minimum; 1: full).
+    """
+
+    name: str
+    output: str
+    size: int
+    peak: int
+    min_after_dequeue: int
+    batch_size: int
+    capacity: int
+    fraction_over_min_after_dequeue: float
+
+
+@dataclass(frozen=True)
 class ConsumerTiming:
     """The consumer's side: takes from the pipeline's output stage.
 
@@ -134,10 +178,15 @@ class Bottleneck:
             neighbours wait on it), or ``None``: no bottleneck in the
             pipeline, the consumer is the limit.
         reason: one line of evidence.
+        cause: ``"consumer"`` (``stage`` is ``None``), ``"stage"`` (the
+            stage's work: reading, decoding, batching) or ``"capacity"``
+            (the stage's queue is too small for the consumer's takes: the
+            consumer waits for the stage, which waits for room).
     """
 
     stage: str | None
     reason: str
+    cause: str = "stage"
 
 
 @dataclass(frozen=True)
@@ -151,6 +200,7 @@ class PipelineStatistics:
         queues: per-queue fill and waits, in the same order.
         consumer: the consumer's takes and data readiness.
         bottleneck: the verdict.
+        shuffle_buffers: the shuffle buffers of shuffling batchers.
     """
 
     elapsed: float
@@ -158,6 +208,7 @@ class PipelineStatistics:
     queues: tuple[QueueTiming, ...]
     consumer: ConsumerTiming
     bottleneck: Bottleneck
+    shuffle_buffers: tuple[ShuffleBufferTiming, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts, lists, strings and numbers (JSON-serialisable), for
@@ -234,7 +285,8 @@ def _row_bytes(q: Any) -> float:
     return total
 
 
-def stage_timing(runner: Any, kind: str, now: float) -> StageTiming:
+def stage_timing(runner: Any, kind: str, now: float,
+                 batch_size: int | None = None) -> StageTiming:
     """A runner's threads' time (``feedq._waits`` accounts) and its output."""
     busy = in_s = out_s = 0.0
     for acc in runner._time_accounts():
@@ -250,6 +302,21 @@ def stage_timing(runner: Any, kind: str, now: float) -> StageTiming:
     return StageTiming(
         name=runner.name, kind=kind, threads=len(runner.enqueue_ops), busy_s=busy,
         input_wait_s=in_s, output_wait_s=out_s, records_out=records, bytes_out=nbytes,
+        batch_size=batch_size, capacity=int(getattr(q, "capacity", -1)),
+    )
+
+
+def shuffle_timing(shuffler: Any, capacity: int) -> ShuffleBufferTiming:
+    """A :class:`feedq.input._shuffle.ShuffleBuffer` and the capacity the
+    user gave its batcher."""
+    buf, out = shuffler.queue, shuffler.output
+    size, peak = int(buf.size()), int(buf._timing()[1])
+    m = int(shuffler.min_after_dequeue)
+    over = max(0, size + int(out.size()) - m)
+    return ShuffleBufferTiming(
+        name=str(buf.name), output=str(out.name), size=size, peak=peak, min_after_dequeue=m,
+        batch_size=int(shuffler.batch_size), capacity=int(capacity),
+        fraction_over_min_after_dequeue=min(1.0, over / max(1, capacity - m)),
     )
 
 
@@ -285,6 +352,8 @@ def collect(
     queues: Iterable[Any],
     output_queue: Any,
     process: Sequence[tuple[Any, str]] = (),
+    batch_sizes: Mapping[int, int] | None = None,
+    shuffles: Sequence[tuple[Any, int]] = (),
 ) -> PipelineStatistics:
     """Assemble a :class:`PipelineStatistics`.
 
@@ -295,9 +364,12 @@ def collect(
         output_queue: the queue the consumer takes from, or ``None``.
         process: ``(process stage, name)`` pairs; the last one's takes are
             the consumer's when ``output_queue`` is ``None``.
+        batch_sizes: a batcher's batch size by ``id(runner)``.
+        shuffles: ``(shuffle buffer, the capacity its batcher was given)``.
     """
     now = time.monotonic()
-    stages = [stage_timing(r, kind, now) for r, kind in runners]
+    sizes = batch_sizes or {}
+    stages = [stage_timing(r, kind, now, sizes.get(id(r))) for r, kind in runners]
     consumer = ConsumerTiming(0, 0, 0.0, 1.0)
     for stage, name in process:
         timing, consumer_p = process_timing(stage, name)
@@ -316,6 +388,7 @@ def collect(
     return PipelineStatistics(
         elapsed=elapsed, stages=stages_t, queues=tuple(qs), consumer=consumer,
         bottleneck=verdict(elapsed, stages_t, consumer),
+        shuffle_buffers=tuple(shuffle_timing(sh, cap) for sh, cap in shuffles),
     )
 
 
@@ -338,7 +411,7 @@ def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTim
     the stage after it, or the consumer, waits on it).
     """
     if not stages:
-        return Bottleneck(None, "no stage timed yet")
+        return Bottleneck(None, "no stage timed yet", "consumer")
     wait_share = consumer.wait_s / elapsed if elapsed > 0 else 0.0
     last = stages[-1]
     l_busy, l_in, l_out = last.share(elapsed)
@@ -346,14 +419,18 @@ def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTim
         if l_out > max(l_busy, l_in):
             return Bottleneck(None, (
                 f"no bottleneck: the consumer is the limit (it has taken nothing while "
-                f"{last.name!r} waited {_pct(l_out)} of its time on its full queue)"))
+                f"{last.name!r} waited {_pct(l_out)} of its time on its full queue)"),
+                "consumer")
         if not consumer.wait_s and not any(s.busy_s for s in stages):
-            return Bottleneck(None, "no bottleneck: nothing has run yet")
+            return Bottleneck(None, "no bottleneck: nothing has run yet", "consumer")
     elif wait_share <= _CONSUMER_WAITS:
         return Bottleneck(None, (
             f"no bottleneck: the consumer is the limit (it waited {_pct(wait_share)} of "
             f"the time; data was ready for {_pct(consumer.readiness)} of {consumer.takes} "
-            "takes)"))
+            "takes)"), "consumer")
+    small = _small_capacity(elapsed, last, consumer, wait_share)
+    if small is not None:
+        return small
     # The consumer waits: walk upstream from the stage nearest it.
     i = len(stages) - 1
     while i > 0:
@@ -372,10 +449,42 @@ def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTim
                   f"{_pct(consumer.readiness)} of its takes)")
     else:
         waiter = f"the consumer waits for its first take ({consumer.wait_s:.2f} s)"
+    note = ""
+    if s is last and last.batch_size and 0 < last.capacity < last.batch_size:
+        note = (f"; its queue's capacity {last.capacity} < batch_size {last.batch_size} also "
+                f"makes every take wait: raise capacity to >= 2 x batch_size")
     return Bottleneck(s.name, (
         f"{s.kind} {s.name!r} is busy {_pct(busy)} of its time ({s.threads} "
         f"thread{'s' if s.threads != 1 else ''}; input wait {_pct(inp)}, output wait "
-        f"{_pct(out)}) while {waiter}"))
+        f"{_pct(out)}) while {waiter}{note}"))
+
+
+def _small_capacity(elapsed: float, last: StageTiming, consumer: ConsumerTiming,
+                    wait_share: float) -> Bottleneck | None:
+    """The consumer waits on the stage feeding it while that stage waits
+    for room in its own queue: the queue is too small for the consumer's
+    takes (capacity < batch size: a take can never find a whole batch
+    stored, it collects the batch while the stage refills the queue)."""
+    if last.kind == "process" or not consumer.takes or last.capacity <= 0:
+        return None
+    busy, inp, out = last.share(elapsed)
+    bs = last.batch_size
+    below = bs is not None and last.capacity < bs
+    if not (out >= busy and out > inp and (below or out >= 0.5)):
+        return None
+    figures = (f"{last.kind} {last.name!r} waits {_pct(out)} of its time for room in its "
+               f"queue and is busy {_pct(busy)}, while the consumer waits {_pct(wait_share)} of "
+               f"the time (data ready for {_pct(consumer.readiness)} of its takes)")
+    if below:
+        assert bs is not None
+        head = (f"queue capacity {last.capacity} < batch_size {bs}: the consumer's take waits "
+                f"for the {last.kind}, which waits for room")
+    else:
+        head = (f"queue capacity {last.capacity} holds too little ahead of the consumer's "
+                f"takes: the consumer's take waits for the {last.kind}, which waits for room")
+    advice = (f"raise capacity to >= 2 x batch_size ({2 * bs})" if bs else
+              "raise its capacity")
+    return Bottleneck(last.name, f"{head} ({figures}); {advice}", "capacity")
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -385,23 +494,25 @@ def format_report(stats: PipelineStatistics) -> str:
     """The per-stage table, the queue table, the consumer line and the verdict.
 
     ``busy``/``in wait``/``out wait`` are shares of the elapsed time per
-    thread; ``rec/s`` and ``MiB/s`` are over the elapsed time.
+    thread; ``rec/s`` and ``out MB/s`` (bytes of the elements the stage put
+    into its queue, decoded, in MB = 1e6 bytes) are over the elapsed time.
     """
     el = stats.elapsed
-    names = [s.name for s in stats.stages] + [q.name for q in stats.queues]
+    names = ([s.name for s in stats.stages] + [q.name for q in stats.queues]
+             + [b.name for b in stats.shuffle_buffers])
     w = min(48, max([12, *map(len, names)]))
     lines = [f"pipeline statistics after {el:.2f} s"]
     header = (f"{'stage':<{w}} {'kind':<9} {'thr':>3} {'busy':>6} {'in wait':>8} "
-              f"{'out wait':>8} {'records':>10} {'rec/s':>10} {'MiB/s':>8}")
+              f"{'out wait':>8} {'records':>10} {'rec/s':>10} {'out MB/s':>8}")
     lines.append(header)
     lines.append("-" * len(header))
     for s in stats.stages:
         busy, inp, out = s.share(el)
         rate = s.records_out / el if el > 0 else 0.0
-        mib = s.bytes_out / el / 2**20 if el > 0 else 0.0
+        mb = s.bytes_out / el / 1e6 if el > 0 else 0.0
         lines.append(
             f"{_clip(s.name, w):<{w}} {s.kind:<9} {s.threads:>3} {_pct(busy):>6} {_pct(inp):>8} "
-            f"{_pct(out):>8} {s.records_out:>10} {rate:>10.1f} {mib:>8.2f}")
+            f"{_pct(out):>8} {s.records_out:>10} {rate:>10.1f} {mb:>8.2f}")
     if stats.queues:
         qheader = (f"{'queue':<{w}} {'size':>11} {'mean fill':>9} {'max fill':>8} "
                    f"{'enq wait s':>10} {'deq wait s':>10}")
@@ -414,6 +525,19 @@ def format_report(stats: PipelineStatistics) -> str:
             lines.append(
                 f"{_clip(q.name, w):<{w}} {size:>11} {_pct(q.mean_fill):>9} "
                 f"{_pct(q.max_fill):>8} {q.enqueue_wait_s:>10.3f} {q.dequeue_wait_s:>10.3f}")
+    if stats.shuffle_buffers:
+        sheader = (f"{'shuffle buffer':<{w}} {'size':>6} {'peak':>6} {'draws at':>9} "
+                   f"{'capacity':>8} {'over min':>8}")
+        lines.append("")
+        lines.append(sheader)
+        lines.append("-" * len(sheader))
+        for sb in stats.shuffle_buffers:
+            lines.append(
+                f"{_clip(sb.name, w):<{w}} {sb.size:>6} {sb.peak:>6} "
+                f"{sb.min_after_dequeue + sb.batch_size:>9} {sb.capacity:>8} "
+                f"{_pct(sb.fraction_over_min_after_dequeue):>8}")
+        lines.append("  (draws at: min_after_dequeue + batch_size; capacity: as given, buffer "
+                     "plus output queue; over min: TF1's fraction_over_min_after_dequeue)")
     c = stats.consumer
     lines.append("")
     lines.append(f"consumer: {c.takes} takes, {c.waited_takes} waited ({c.wait_s:.3f} s); "

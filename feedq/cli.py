@@ -212,6 +212,8 @@ def _print_table(result: Any, title: str) -> None:
         ("CPU seconds (process)",
          f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
         ("consumer in take (wait + copy)", f"{100 * r.consumer_wait_fraction:.1f} %"),
+        ("device feeder blocked on the pipeline" if "device" in r.extra else
+         "consumer blocked (waiting)", f"{100 * r.consumer_blocked_fraction:.1f} %"),
         ("batch queue fill (mean / max)", f"{100 * r.batch_queue_fill_mean:.0f} % / {100 * r.batch_queue_fill_max:.0f} %"),
         ("filename queue fill (mean)", f"{100 * r.filename_queue_fill_mean:.0f} %"),
         ("skipped bad records/files", f"{r.skipped_errors:,}"),

@@ -33,7 +33,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -46,6 +46,7 @@ from ._stats import (
     ConsumerTiming,
     PipelineStatistics,
     QueueTiming,
+    ShuffleBufferTiming,
     StageTiming,
     collect,
     format_report,
@@ -63,6 +64,7 @@ __all__ = [
     "Pipeline",
     "PipelineStatistics",
     "QueueTiming",
+    "ShuffleBufferTiming",
     "StageTiming",
     "control_dependencies",
     "current_dependencies",
@@ -76,7 +78,8 @@ __all__ = [
 ]
 
 # The statistics classes live in feedq._stats; they are public here.
-for _cls in (Bottleneck, ConsumerTiming, PipelineStatistics, QueueTiming, StageTiming):
+for _cls in (Bottleneck, ConsumerTiming, PipelineStatistics, QueueTiming, ShuffleBufferTiming,
+             StageTiming):
     _cls.__module__ = __name__
 format_report.__module__ = __name__
 control_dependencies.__module__ = __name__
@@ -126,6 +129,8 @@ class _TimedParts:
     queues: list[QueueBase]
     output_queue: QueueBase | None
     process: list[tuple[Any, str]]
+    batch_sizes: dict[int, int] = field(default_factory=dict)  # by id(runner)
+    shuffles: list[tuple[Any, int]] = field(default_factory=list)  # (ShuffleBuffer, capacity)
 
 
 class Pipeline:
@@ -324,10 +329,17 @@ class Pipeline:
         kinds: dict[int, str] = {}
         queues: list[QueueBase] = []
         process: list[tuple[Any, str]] = []
+        batch_sizes: dict[int, int] = {}
+        shuffles: list[tuple[Any, int]] = []
         for stage in stages:
             runner = getattr(stage, "runner", None)
             if isinstance(runner, QueueRunner):
                 kinds[id(runner)] = "producer" if stage.batch_size is None else "batcher"
+                if stage.batch_size is not None:
+                    batch_sizes[id(runner)] = int(stage.batch_size)
+                shuffle = getattr(stage, "_shuffle", None)
+                if shuffle is not None:
+                    shuffles.append(shuffle)
             elif getattr(stage, "_timing_kind", None) == "process":
                 process.append((stage, f"process_stage-{len(process)}"))
         for r in runners:
@@ -343,6 +355,8 @@ class Pipeline:
             queues=queues,
             output_queue=out_q if isinstance(out_q, QueueBase) else None,
             process=process,
+            batch_sizes=batch_sizes,
+            shuffles=shuffles,
         )
 
     def statistics(self) -> PipelineStatistics:
@@ -352,7 +366,8 @@ class Pipeline:
         started = self._started_at
         elapsed = 0.0 if started is None else time.monotonic() - started
         parts = self._timed_parts()
-        return collect(elapsed, parts.runners, parts.queues, parts.output_queue, parts.process)
+        return collect(elapsed, parts.runners, parts.queues, parts.output_queue, parts.process,
+                       batch_sizes=parts.batch_sizes, shuffles=parts.shuffles)
 
     def report(self) -> str:
         """:meth:`statistics` as a table, ending with the bottleneck verdict."""

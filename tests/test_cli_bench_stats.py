@@ -69,7 +69,10 @@ def test_json_has_stages_and_bottleneck(data: Path) -> None:
     assert {q["name"] for q in out["queues"]} == {s["name"] for s in stages}
     assert out["consumer"]["takes"] >= out["batches"]
     b = out["bottleneck"]
-    assert set(b) == {"stage", "reason"} and b["reason"]
+    assert set(b) == {"stage", "reason", "cause"} and b["reason"]
+    assert b["cause"] in ("consumer", "stage", "capacity")
+    # Blocked time (the statistics) is part of the time in take (wait + copy).
+    assert 0.0 <= out["consumer_blocked_fraction"] <= out["consumer_wait_fraction"] + 0.05
     assert b["stage"] in (None, *[s["name"] for s in stages])
     # The verdict line carries the evidence of the reason (its figures, in order).
     figures = re.findall(r"\d+%", b["reason"])
@@ -116,8 +119,11 @@ def _stats(busy: float, threads: int = 2) -> PipelineStatistics:
     (0.5, 0.6, "the reader threads were busy 0.5 thread-s/s, the process used 0.6 of 2 CPUs: "
                "more --readers or --threads can help"),
     (1.9, 0.9, "the reader threads were busy 1.9 thread-s/s, the process used 0.9 of 2 CPUs: "
-               "busy threads waited for the GIL or for CPUs other processes held; more readers "
-               "will not help"),
+               "the process ran about one CPU at a time, so the busy threads took turns on the "
+               "GIL; more readers will not help"),
+    (1.9, 0.1, "the reader threads were busy 1.9 thread-s/s, the process used 0.1 of 2 CPUs: "
+               "other processes held the CPUs (machine load), not decoding or the GIL; re-run "
+               "on a quieter machine"),
     (1.9, 1.9, "the reader threads were busy 1.9 thread-s/s, the process used 1.9 of 2 CPUs: "
                "every CPU is busy; cheaper decoding would help, more readers not"),
 ])
@@ -129,7 +135,7 @@ def test_reader_verdict_says_whether_more_readers_can_help(busy: float, cpu: flo
                            "'batch_join/fifo_queue'): batcher 'x' is busy; ")
     assert line.endswith(hint) or hint in line, line
     assert r.as_dict()["bottleneck"] == {"stage": "batch_join/fifo_queue",
-                                         "reason": "batcher 'x' is busy"}
+                                         "reason": "batcher 'x' is busy", "cause": "stage"}
 
 
 def test_a_short_run_gets_a_caveat() -> None:

@@ -153,10 +153,12 @@ def test_as_dict_is_json_serialisable() -> None:
     d = stats.as_dict()
     back = json.loads(json.dumps(d))
     assert back == d
-    assert set(d) == {"elapsed", "stages", "queues", "consumer", "bottleneck"}
+    assert set(d) == {"elapsed", "stages", "queues", "consumer", "bottleneck", "shuffle_buffers"}
+    assert d["shuffle_buffers"] == []
     assert [s["name"] for s in d["stages"]] == ["ids", "reader", "decoder", "batcher/fifo_queue"]
     assert d["consumer"]["takes"] == stats.consumer.takes
-    assert d["bottleneck"] == {"stage": stats.bottleneck.stage, "reason": stats.bottleneck.reason}
+    assert d["bottleneck"] == {"stage": stats.bottleneck.stage, "reason": stats.bottleneck.reason,
+                               "cause": stats.bottleneck.cause}
 
 
 def test_format_report_is_the_report() -> None:

@@ -9,6 +9,7 @@ first.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,8 @@ from ._shuffle import ShuffleBuffer
 from ._sources import _apply_keep, _block_size, _check_spec, _Source, check_keep_input
 from ._sparse import SparseCodec, SparseTable
 from ._stage import Stage, _reraise_cause
+
+LOG = logging.getLogger("feedq")
 
 __all__ = [
     "batch",
@@ -57,6 +60,12 @@ def _batcher(
     if threads_per_source < 1:
         raise ValueError(f"num_threads must be >= 1, got {threads_per_source}")
     _check_spec(sources)
+    if shuffle is None and capacity < batch_size:
+        # TF1 allowed it (its default capacity is 32), and so does feedq.
+        LOG.warning(
+            "%s: capacity %d < batch_size %d: the queue can never hold a whole batch, so every "
+            "take waits for the batcher, which waits for room; use capacity >= 2 x batch_size "
+            "(%d)", name, capacity, batch_size, 2 * batch_size)
     first = sources[0]
     check_keep_input(keep_input, first.enqueue_many)
     if first.shapes is None:  # pragma: no cover - _Source raises first
@@ -166,6 +175,7 @@ def _batcher(
                   smaller_final=allow_smaller_final_batch, upstream=upstream, sparse=stage_sparse,
                   sparse_table=None if codec is None else codec.table, hidden=1 if resumable else 0)
     stage._resume = resume
+    stage._shuffle = None if shuffler is None else (shuffler, int(capacity))
     return stage
 
 

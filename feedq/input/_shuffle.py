@@ -132,6 +132,21 @@ class ShuffleBuffer:
         return None if rest is None else (rest, True)
 
     @property
+    def output(self) -> QueueBase:
+        """The queue the drawn blocks go to."""
+        return self._out
+
+    @property
+    def batch_size(self) -> int:
+        """Elements per draw."""
+        return self._batch_size
+
+    @property
+    def min_after_dequeue(self) -> int:
+        """Elements kept in the buffer after a draw."""
+        return self._min_after
+
+    @property
     def queue(self) -> RandomShuffleQueue:
         """The RandomShuffleQueue holding the elements not yet drawn."""
         return self._buf

@@ -83,6 +83,8 @@ class Stage:
         self._hidden = hidden
         self._tracker: ProducerTracker | None = None
         self._resume: Resume | None = None
+        # A shuffling batcher's (ShuffleBuffer, capacity given), for the statistics.
+        self._shuffle: tuple[Any, int] | None = None
         self._runner = runner
         self._names = names
         self._single = single
