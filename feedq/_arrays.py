@@ -9,6 +9,8 @@ into each other's private modules.
 * :func:`as_torch_free_array` turns a CPU torch tensor into a NumPy view.
 * :func:`flatten_values` / :func:`pack_values` convert between a user
   element (bare value, list, dict) and a list of component values (Q3, Q4).
+* :func:`variable_array` is a variable's initial value as an array, Python
+  data typed as TF1 and PyTorch type it (``3.0`` is float32).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STRING", "as_dtype", "as_torch_free_array", "flatten_values", "pack_values"]
+__all__ = [
+    "STRING", "as_dtype", "as_torch_free_array", "flatten_values", "pack_values", "variable_array",
+]
 
 #: The dtype of string components: object arrays holding ``bytes``.
 STRING = np.dtype(object)
@@ -106,3 +110,18 @@ def pack_values(cols: list[Any], names: list[str] | None) -> Any:
     if len(cols) == 1:
         return cols[0]
     return cols
+
+
+def variable_array(initial: Any, dtype: Any = None) -> np.ndarray[Any, Any]:
+    """``initial`` as an array for a variable: with ``dtype`` given, of that
+    dtype; NumPy arrays and scalars keep theirs; Python data as TF1's
+    ``tf.Variable`` and PyTorch type it: floats float32 (not NumPy's
+    float64), complex complex64, ints int64 (PyTorch's rule; TF1 made them
+    int32), bools bool."""
+    array = np.asarray(initial, dtype=dtype)
+    if dtype is None and not isinstance(initial, (np.ndarray, np.generic)):
+        if array.dtype == np.float64:
+            return array.astype(np.float32)
+        if array.dtype == np.complex128:
+            return array.astype(np.complex64)
+    return array

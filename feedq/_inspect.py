@@ -3,7 +3,9 @@
 The report is plain JSON values (numbers, strings, lists, dicts), so that
 ``--json`` prints it as is and the text form renders the same data:
 float32 values as their shortest decimal, bytes as text (undecodable bytes
-escaped), Example features decoded to their value lists.
+escaped), Example features decoded to their value lists. SequenceExample
+records show their context features the same way and their feature lists
+(``"feature_lists"``: per list its kind and the values of each step).
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from ._decode import Decoder
-from ._schema import OnError, Schema, example_features, infer_schema, make_reader
+from ._schema import (
+    OnError,
+    Schema,
+    example_features,
+    infer_schema,
+    make_reader,
+    sequence_feature_lists,
+)
 from .errors import InvalidArgumentError, OutOfRangeError
 from .queues import FIFOQueue
 from .readers import example_class
@@ -102,8 +111,8 @@ def json_value(v: Any) -> Any:
 def _records(schema: Schema, decoder: Decoder, block: Any, n: int, on_error: OnError) -> list[dict[str, Any]]:
     """The first ``n`` records of ``block`` as ``{"key": ..., "value": ...}``."""
     keys = [k.decode("utf-8", "backslashreplace") for k in block.keys()[:n].tolist()]
-    if schema.fmt == "tfrecord" and schema.features:
-        return _examples(decoder, block, keys, on_error)
+    if schema.fmt == "tfrecord" and (schema.features or schema.info.get("sequence")):
+        return _examples(decoder, block, keys, on_error, bool(schema.info.get("sequence")))
     if schema.fmt == "tfrecord" or schema.fmt == "lines":
         field = "text" if schema.fmt == "lines" else "bytes"
         return [{"key": k, "value": {"length": len(r), field: json_value(r)}}
@@ -118,7 +127,13 @@ def _records(schema: Schema, decoder: Decoder, block: Any, n: int, on_error: OnE
             for i, k in enumerate(keys)]
 
 
-def _examples(decoder: Decoder, block: Any, keys: list[str], on_error: OnError) -> list[dict[str, Any]]:
+def _shown(kind: str, values: list[Any]) -> Any:
+    # FloatList values are float32: show them as such (0.1, not 0.10000000149011612)
+    return json_value(np.asarray(values, dtype=np.float32) if kind == "float_list" else values)
+
+
+def _examples(decoder: Decoder, block: Any, keys: list[str], on_error: OnError,
+              sequence: bool = False) -> list[dict[str, Any]]:
     from google.protobuf.message import DecodeError
 
     cls = example_class()
@@ -131,12 +146,15 @@ def _examples(decoder: Decoder, block: Any, keys: list[str], on_error: OnError) 
             if on_error == "raise":
                 raise InvalidArgumentError(f"{decoder.where(block, i)}: not a tf.train.Example") from None
             continue
-        value = {}
-        for name, (kind, values) in example_features(msg).items():
-            # FloatList values are float32: show them as such (0.1, not 0.10000000149011612)
-            shown = np.asarray(values, dtype=np.float32) if kind == "float_list" else values
-            value[name] = {"kind": kind, "values": json_value(shown)}
-        out.append({"key": key, "value": value})
+        value = {name: {"kind": kind, "values": _shown(kind, values)}
+                 for name, (kind, values) in example_features(msg).items()}
+        entry: dict[str, Any] = {"key": key, "value": value}
+        if sequence:
+            entry["feature_lists"] = {
+                name: {"kind": kind, "values": [_shown(kind, step) for step in steps]}
+                for name, (kind, steps) in sequence_feature_lists(rec).items()
+            }
+        out.append(entry)
     return out
 
 
@@ -164,7 +182,12 @@ def render_text(report: dict[str, Any]) -> list[str]:
         lines.append(text)
     if info.get("header"):
         lines.append("  (a header line per file: the column names)")
-    if info.get("examples") is False:
+    if info.get("sequence"):
+        lines.append("  (tf.train.SequenceExample records: the schema is their context features)")
+        lines.append("feature lists:")
+        for name, feat in info["feature_lists"].items():
+            lines.append(f"  {name}: {_feature_list_text(feat, sample['records'])}")
+    elif info.get("examples") is False:
         lines.append("  (records are not tf.train.Example: raw bytes)")
     for k in ("rows", "row_groups"):
         if k in info:
@@ -174,10 +197,14 @@ def render_text(report: dict[str, Any]) -> list[str]:
         lines.append(f"first {len(first)} record{'s' if len(first) != 1 else ''}:")
         for rec in first:
             value = rec["value"]
-            if report["format"] == "tfrecord" and features:
+            if report["format"] == "tfrecord" and (features or "feature_lists" in rec):
                 lines.append(f"  {rec['key']}")
                 for name, feat in value.items():
                     lines.append(f"    {name}: {_list_text(feat['values'])}")
+                for name, feat in rec.get("feature_lists", {}).items():
+                    steps = feat["values"]
+                    lines.append(f"    {name}: {len(steps)} step{'s' if len(steps) != 1 else ''} "
+                                 + _list_text([_Raw(_list_text(v)) for v in steps]))
             else:
                 lines.append(f"  {rec['key']}: {json.dumps(value)}")
     return lines
@@ -195,8 +222,24 @@ def _feature_text(feat: dict[str, Any], sampled: int) -> str:
     return text
 
 
+def _feature_list_text(feat: dict[str, Any], sampled: int) -> str:
+    def span(v: Any, unit: str) -> str:
+        return f"{v} {unit}{'s' if v != 1 else ''}" if isinstance(v, int) else f"{v[0]}..{v[1]} {unit}s"
+
+    text = f"{feat['kind']}, {span(feat['steps'], 'step')}, {span(feat['values'], 'value')} per step"
+    if "in_records" in feat:
+        text += f", in {feat['in_records']:,} of {sampled:,} records"
+    if "kinds" in feat:
+        text += f", kinds seen: {feat['kinds']}"
+    return text
+
+
+class _Raw(str):
+    """Text shown as is by :func:`_list_text` (a nested list already rendered)."""
+
+
 def _list_text(values: list[Any]) -> str:
-    shown = ", ".join(json.dumps(v) for v in values[:_SHOWN_VALUES])
+    shown = ", ".join(v if isinstance(v, _Raw) else json.dumps(v) for v in values[:_SHOWN_VALUES])
     if len(values) > _SHOWN_VALUES:
         return f"[{shown}, ...] ({len(values)} values)"
     return f"[{shown}]"

@@ -13,7 +13,11 @@ hold -- a feature or a float that record 0 lacks still counts:
 * tfrecord: ``tf.train.Example`` features. A feature present in every sampled
   record with the same value count is a ``FixedLenFeature``; one missing from
   some records or with varying counts is a ``VarLenFeature``. Records that
-  are not Examples make it a raw-record schema (lengths only).
+  are not Examples make it a raw-record schema (lengths only). Records that
+  are ``tf.train.SequenceExample`` (feature lists in some record) have their
+  context features as the schema (a raw-record one without context) and
+  their feature lists described in ``info["feature_lists"]``: kind, steps
+  per record and values per step (decoded by nothing here).
 * parquet: the columns of the first readable file.
 * fixed, lines: nothing to infer.
 
@@ -43,6 +47,7 @@ from .readers import (
     TFRecordReader,
     VarLenFeature,
     example_class,
+    sequence_example_class,
 )
 
 __all__ = ["DEFAULT_SAMPLE", "Schema", "infer_schema", "make_reader"]
@@ -263,6 +268,66 @@ def example_features(message: Any) -> dict[str, tuple[str, list[Any]]]:
     return out
 
 
+def sequence_feature_lists(record: bytes) -> dict[str, tuple[str, list[list[Any]]]]:
+    """A record's ``tf.train.SequenceExample`` feature lists: name -> (kind,
+    values per step), sorted by name; empty for a plain Example or a record
+    that is not a SequenceExample."""
+    from google.protobuf.message import DecodeError
+
+    msg = sequence_example_class()()
+    try:
+        msg.ParseFromString(record)
+    except DecodeError:
+        return {}
+    out: dict[str, tuple[str, list[list[Any]]]] = {}
+    lists = msg.feature_lists.feature_list
+    for name in sorted(lists):
+        steps = [(f.WhichOneof("kind") or "empty", f) for f in lists[name].feature]
+        kinds = [k for k, _ in steps if k != "empty"]
+        kind = Counter(kinds).most_common(1)[0][0] if kinds else "empty"
+        out[name] = (kind, [list(getattr(f, k).value) if k != "empty" else [] for k, f in steps])
+    return out
+
+
+@dataclass
+class _ListStats:
+    kinds: Counter[str] = field(default_factory=Counter)
+    present: int = 0
+    steps: list[int] = field(default_factory=list)  # min, max
+    values: list[int] = field(default_factory=list)  # min, max per step
+
+
+def _span(lo_hi: list[int]) -> int | list[int]:
+    return lo_hi[0] if lo_hi[0] == lo_hi[1] else list(lo_hi)
+
+
+def _feature_list_info(records: list[bytes]) -> dict[str, Any]:
+    """``info["feature_lists"]`` of SequenceExample records (empty: none has any)."""
+    stats: dict[str, _ListStats] = {}
+    for rec in records:
+        for name, (kind, steps) in sequence_feature_lists(rec).items():
+            s = stats.setdefault(name, _ListStats())
+            if kind != "empty":
+                s.kinds[kind] += 1
+            s.present += 1
+            n = len(steps)
+            s.steps = [min(s.steps[0], n), max(s.steps[1], n)] if s.steps else [n, n]
+            for v in steps:
+                s.values = [min(s.values[0], len(v)), max(s.values[1], len(v))] if s.values \
+                    else [len(v), len(v)]
+    out: dict[str, Any] = {}
+    for name in sorted(stats):
+        s = stats[name]
+        entry: dict[str, Any] = {"kind": s.kinds.most_common(1)[0][0] if s.kinds else "empty",
+                                 "steps": _span(s.steps), "values": _span(s.values or [0, 0])}
+        if s.present < len(records):
+            entry["in_records"] = s.present
+        if len(s.kinds) > 1:
+            entry["kinds"] = dict(s.kinds)
+        out[name] = entry
+    return out
+
+
 def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnError, sample: int) -> Schema:
     from google.protobuf.message import DecodeError
 
@@ -272,6 +337,7 @@ def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnErro
         raise _no_records(paths, skipped)
     cls = example_class()
     parsed: list[dict[str, tuple[str, list[Any]]]] = []
+    good: list[bytes] = []
     bad = 0
     for _, _, rec in records:
         msg = cls()
@@ -281,13 +347,21 @@ def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnErro
             bad += 1
             continue
         parsed.append(example_features(msg))
+        good.append(rec)
     has_features = any(p for p in parsed)
     # Raise mode keeps the strict rule: any record that is not an Example
     # makes the file raw records. Skip mode lets bad records go.
-    examples = has_features and (bad == 0 or on_error == "skip")
-    if not examples:
-        return Schema("tfrecord", compression, ["bytes"], [np.int64], [[]], info={"examples": False},
-                      sampled=len(records), sample_skipped=skipped)
+    examples = bad == 0 or on_error == "skip"
+    # A SequenceExample's context parses as an Example's features; its
+    # feature lists are a field an Example does not have.
+    lists = _feature_list_info(good) if examples and parsed else {}
+    if not (examples and has_features):
+        info: dict[str, Any] = {"examples": False}
+        if lists:
+            info.update(sequence=True, features={}, feature_lists=lists)
+        return Schema("tfrecord", compression, ["bytes"], [np.int64], [[]], info=info,
+                      sampled=len(good) if lists else len(records),
+                      sample_skipped=skipped + bad if lists else skipped)
     stats: dict[str, _FeatureStats] = {}
     for feats in parsed:
         for name, (kind, values) in feats.items():
@@ -306,8 +380,8 @@ def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnErro
     features: dict[str, Any] = {}
     dtypes: list[Any] = []
     shapes: list[list[int | None]] = []
-    info: dict[str, Any] = {}
     widths: dict[str, int] = {}
+    features_info: dict[str, Any] = {}
     for n in names:
         s = stats[n]
         kind = s.kinds.most_common(1)[0][0] if s.kinds else "float_list"
@@ -329,10 +403,12 @@ def _tfrecord_schema(paths: list[str], compression: str | None, on_error: OnErro
             entry["kinds"] = dict(s.kinds)
         dtypes.append(dtype)
         shapes.append(shape)
-        info[n] = entry
+        features_info[n] = entry
+    info = {"examples": True, "features": features_info}
+    if lists:
+        info.update(sequence=True, feature_lists=lists)
     return Schema("tfrecord", compression, names, dtypes, shapes, features=features,
-                  info={"examples": True, "features": info}, sampled=len(parsed),
-                  sample_skipped=skipped + bad, widths=widths)
+                  info=info, sampled=len(parsed), sample_skipped=skipped + bad, widths=widths)
 
 
 # -- Parquet ----------------------------------------------------------------------------------

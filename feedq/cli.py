@@ -141,7 +141,8 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
 
     Example features show as name, kind and value counts (a range when they
     vary, and in how many records when some lack them); records show
-    decoded.
+    decoded. SequenceExample records show their context features the same way,
+    and their feature lists with kind, steps and values per step.
     """
     def body() -> None:
         from ._inspect import inspect_file, render_text

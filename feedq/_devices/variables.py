@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from .._arrays import variable_array
 from .placement import _DEVICE_KINDS, PlacementRequest
 from .tensors import place_tensor
 
@@ -59,6 +60,11 @@ def Variable(initial: Any, *, name: str | None = None, trainable: bool = True) -
     (see :class:`DeviceConfig`). No device type in the contexts: PyTorch's
     default device (a tensor ``initial`` stays where it is).
 
+    The dtype of Python data follows TF1 and PyTorch, with or without torch:
+    ``Variable(3.0)`` is float32 (not NumPy's float64), ``Variable(3)`` int64
+    (PyTorch's rule; TF1 made it int32). NumPy arrays and torch tensors keep
+    their dtype.
+
     Args:
         initial: the initial value: a Python scalar or list, a NumPy array, or
             a torch tensor (copied, never shared).
@@ -80,7 +86,7 @@ def Variable(initial: Any, *, name: str | None = None, trainable: bool = True) -
     if torch is not None and isinstance(initial, torch.Tensor):
         value = initial.detach().clone()
     else:
-        array = np.asarray(initial)
+        array = variable_array(initial)
         if torch is None or array.dtype.kind not in _DEVICE_KINDS:
             return _numpy_variable(np.array(array), name, trainable, torch is None)
         # torch's own inference for Python data (3.0 is float32); NumPy keeps its dtype.

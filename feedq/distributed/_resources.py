@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import as_torch_free_array, flatten_values, pack_values
+from .._arrays import as_torch_free_array, flatten_values, pack_values, variable_array
 from ..devices import PlacementRequest, current_device
 from ..errors import InvalidArgumentError, OutOfRangeError
 from ._cluster import ClusterSpec, TaskName
@@ -428,7 +428,8 @@ class Variable(_Handle):
         initial_value: the value if the variable does not exist yet; an
             existing one keeps its value (``None``: must already exist).
         name: the shared name (``None``: a unique one).
-        dtype: the dtype (default: inferred from ``initial_value``).
+        dtype: the dtype (default: inferred from ``initial_value``, Python
+            floats as float32 like TF1's ``tf.Variable``, ints as int64).
         task, container, session: as for :func:`FIFOQueue`.
 
     Raises:
@@ -445,7 +446,7 @@ class Variable(_Handle):
         if name is None:
             name = f"Variable_{uuid.uuid4().hex[:12]}"
         target = resolve_task(task, "Variable", name, s)
-        init = None if initial_value is None else np.asarray(initial_value, dtype=dtype)
+        init = None if initial_value is None else variable_array(initial_value, dtype)
         meta = s.open(target, "variable", (container, name),
                       {"initial_value": init, "dtype": None if dtype is None else np.dtype(dtype)})
         super().__init__(target, (container, name), session)

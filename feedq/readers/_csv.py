@@ -130,7 +130,12 @@ def _infer_dtype(v: Any) -> np.dtype:
 
 
 def _text(b: bytes) -> str:
-    return b.decode("utf-8", "backslashreplace")
+    # A field as shown in a message: control bytes such as NUL escaped
+    # ("4\\x005"), so that the message shows what the field holds.
+    text = b.decode("utf-8", "backslashreplace")
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else repr(c)[1:-1] for c in text
+    )
 
 
 def _extract_fields(

@@ -69,10 +69,27 @@ _EXAMPLE_FEATURES = (FixedLenFeature, VarLenFeature, FixedLenSequenceFeature, Sp
 _KERNEL: bool = _native.CORE == "native"
 
 
-def _not_an_example(rec: bytes) -> InvalidArgumentError:
-    """TF's error for bytes that are not a serialized Example (P1)."""
+def _not_an_example(rec: bytes, index: int) -> InvalidArgumentError:
+    """TF's error for bytes that are not a serialized Example (P1); record
+    ``index`` of the batch (kept on the error for :func:`_named`)."""
     shown = repr(rec[:512])[2:-1]
-    return InvalidArgumentError(f"Could not parse example input, value: '{shown}'")
+    err = InvalidArgumentError(f"Could not parse example input, value: '{shown}'")
+    setattr(err, _INDEX_ATTR, index)
+    return err
+
+
+_INDEX_ATTR = "_feedq_record_index"
+
+
+def _named(err: InvalidArgumentError, block: RecordBlock) -> InvalidArgumentError:
+    """``err`` from parsing ``block``, naming the bad record by its key
+    (``file:offset``, R13) the way the readers name it."""
+    index = getattr(err, _INDEX_ATTR, None)
+    if index is None or not 0 <= index < len(block):
+        where = block.work_unit.decode("utf-8", "backslashreplace")
+    else:
+        where = block.keys()[index].decode("utf-8", "backslashreplace")
+    return InvalidArgumentError(f"{where}: {err.message}")
 
 
 # --------------------------------------------------------------------------- protobuf path
@@ -92,18 +109,21 @@ def _fmap_row(fmap: Any, specs: list[_Spec]) -> list[tuple[int, Any]]:
     return row
 
 
-def _parse_slow(recs: list[bytes], specs: list[_Spec]) -> list[list[tuple[int, Any]]]:
-    """Parse records with protobuf: per record, per feature (kind, values)."""
+def _parse_slow(
+    recs: list[bytes], specs: list[_Spec], rows: list[int] | None = None
+) -> list[list[tuple[int, Any]]]:
+    """Parse records with protobuf: per record, per feature (kind, values);
+    ``rows``: the records' indices in the batch (for errors)."""
     from google.protobuf.message import DecodeError
 
     cls = example_class()
     out = []
-    for rec in recs:
+    for i, rec in enumerate(recs):
         ex = cls()
         try:
             ex.ParseFromString(rec)
         except (DecodeError, ValueError, RuntimeError):
-            raise _not_an_example(rec) from None
+            raise _not_an_example(rec, rows[i] if rows is not None else i) from None
         out.append(_fmap_row(ex.features.feature, specs))
     return out
 
@@ -190,7 +210,8 @@ def _parse(serialized: Any, specs: list[_Spec]) -> tuple[list[_Parsed], int, tup
                     slow[sel[obad]] = True
     slow_rows = np.flatnonzero(slow)
     slow_parsed = (
-        _parse_slow([data[a:b] for a, b in zip(starts[slow_rows].tolist(), ends[slow_rows].tolist())], specs)
+        _parse_slow([data[a:b] for a, b in zip(starts[slow_rows].tolist(), ends[slow_rows].tolist())], specs,
+                    slow_rows.tolist())
         if slow_rows.size
         else []
     )
@@ -257,7 +278,7 @@ def _parse_kernel(data: bytes, starts: np.ndarray, ends: np.ndarray, specs: list
     res = _native.parse_examples(data, starts, ends - starts, reqs, out=cols)
     if res.error_index >= 0:
         i = res.error_index
-        raise _not_an_example(data[int(starts[i]) : int(ends[i])])
+        raise _not_an_example(data[int(starts[i]) : int(ends[i])], int(i))
     out: list[_Parsed | None] = [None] * len(specs)
     for g, idx in enumerate(groups.values()):
         req = reqs[g]
@@ -414,7 +435,7 @@ def _assemble(
     errors = [(r, 0, i, m) for r, i, m in _column_errors(plan.specs, parsed, single)]
     more = [(r, 2, i, m) for i, (r, m) in enumerate(later)]
     if errors:
-        raise InvalidArgumentError(min(errors + more)[3])
+        raise _record_error(*min(errors + more)[::3])
     out: dict[str, Any] = {}
     for oi, (name, o) in enumerate(plan.outputs):
         if isinstance(o, _SparseOut):
@@ -429,8 +450,15 @@ def _assemble(
             errors.append((err[0], 1, oi, _key(name, err[0], single) + err[1]))
         out[name] = res
     if errors or more:
-        raise InvalidArgumentError(min(errors + more)[3])
+        raise _record_error(*min(errors + more)[::3])
     return out
+
+
+def _record_error(record: int, message: str) -> InvalidArgumentError:
+    """The error of record ``record`` of the batch (kept on it for :func:`_named`)."""
+    err = InvalidArgumentError(message)
+    setattr(err, _INDEX_ATTR, record)
+    return err
 
 
 def _key(key: str, i: int, single: bool) -> str:
@@ -469,16 +497,23 @@ def parse_example(serialized: Any, features: Mapping[str, Any]) -> dict[str, Any
             value count, a type mismatch (messages as TF's, naming key and
             record index), SparseFeature indices that do not match the values
             or fall outside ``size``, RaggedFeature partitions that do not fit.
+            For a :class:`RecordBlock` the message starts with the bad
+            record's key, ``<file>:<offset>: `` (R13).
         TypeError: an unsupported dtype (e.g. int32).
         ValueError: a bad feature configuration (P2, P4): a None or missing
             shape, a default with the wrong size, two readings of one key
             with different dtypes.
     """
     plan = _example_plan(features)
-    parsed, B, shape = _parse(serialized, plan.specs)
-    if len(shape) != 1:
-        raise InvalidArgumentError(f"parse_example expects a vector of records, got shape {shape}")
-    return _assemble(plan, parsed, B, single=False)
+    try:
+        parsed, B, shape = _parse(serialized, plan.specs)
+        if len(shape) != 1:
+            raise InvalidArgumentError(f"parse_example expects a vector of records, got shape {shape}")
+        return _assemble(plan, parsed, B, single=False)
+    except InvalidArgumentError as exc:
+        if isinstance(serialized, RecordBlock):
+            raise _named(exc, serialized) from None
+        raise
 
 
 def parse_single_example(serialized: Any, features: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from feedq.errors import DataLossError, NotFoundError
-from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase
+from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase, logger
 from feedq.readers._block import RecordBlock, _empty_block
 from feedq.readers._buffer import _Buffer
 from feedq.readers._io import INTERRUPTS, normalize_compression, open_stream
@@ -21,7 +21,9 @@ class FixedLengthRecordReader(ReaderBase):
     before the end. Record ``i`` starts at ``header_bytes + i * hop_bytes``
     (``hop_bytes=0``: back to back); ``hop_bytes < record_bytes`` gives
     overlapping records. A record is emitted only if it lies entirely in the
-    data region; a trailing partial record is dropped, as in TF1. Keys are
+    data region; a trailing partial record is dropped, as in TF1, with one
+    warning per file on the ``feedq.readers`` logger naming the file, the
+    bytes dropped and ``record_bytes`` (TF1 was silent). Keys are
     ``b"<filename>:<i>"`` (0-based). With ``encoding`` GZIP/ZLIB, offsets
     refer to the decompressed stream.
 
@@ -79,6 +81,7 @@ class FixedLengthRecordReader(ReaderBase):
         self._skip_to = 0  # stream offset where the next buffer starts
         self._check_short = False  # the file's length is still to be checked (R12)
         self._next = 0  # index of the next record in the current file
+        self._warned = False  # the current file's trailing bytes were reported
 
     def _record_offset(self, i: int) -> int:
         return self.header_bytes + i * self._stride
@@ -103,6 +106,7 @@ class FixedLengthRecordReader(ReaderBase):
         self._skip_to = self._record_offset(index)  # where the buffer starts
         self._check_short = index == 0  # R12: a file shorter than header + footer
         self._next = index
+        self._warned = False
 
     def _start_buffer(self) -> _Buffer:
         """Skip to ``_skip_to`` and start the buffer there (resumable after a
@@ -163,6 +167,8 @@ class FixedLengthRecordReader(ReaderBase):
         if k == 0:
             if buf.error is not None:
                 raise _data_loss(buf.error, buf.offset)
+            if not self._warned:
+                self._warn_trailing(buf.avail)  # the end of the file
             return _empty_block(wu)
         u8 = np.frombuffer(buf.data, dtype=np.uint8)
         pos = buf.pos
@@ -198,10 +204,31 @@ class FixedLengthRecordReader(ReaderBase):
         if buf is not None and buf.error is not None:
             return False  # the error is still to be reported
         if s.size is not None:
-            return self._record_offset(self._next) + self.record_bytes + self.footer_bytes > s.size
-        if buf is None:
+            left = s.size - self._record_offset(self._next)
+            done = left < self.record_bytes + self.footer_bytes
+        elif buf is None:
             return s.at_eof  # a hop past the buffer is still to be skipped
-        return s.at_eof and self._fit(buf.avail) == 0
+        else:
+            left = buf.avail
+            done = s.at_eof and self._fit(left) == 0
+        if done and not self._warned:
+            self._warn_trailing(left)
+        return done
+
+    def _warn_trailing(self, left: int) -> None:
+        """Log the partial record dropped at the end of the file (R11): the
+        data-region bytes after the last whole record, ``left`` being the
+        bytes from where the next record would start to the end of the file."""
+        self._warned = True
+        # With hop_bytes < record_bytes the next start lies inside the last record.
+        overlap = max(0, self.record_bytes - self._stride) if self._next else 0
+        trailing = left - self.footer_bytes - overlap
+        if trailing > 0:
+            name = (self._work_unit or b"").decode("utf-8", "backslashreplace")
+            logger.warning(
+                "%s: %d trailing bytes after the last whole record dropped (record_bytes=%d)",
+                name, trailing, self.record_bytes,
+            )
 
     def _position(self) -> tuple[int, int]:
         return self._record_offset(self._next), self._next
