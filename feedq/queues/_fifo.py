@@ -29,9 +29,11 @@ class FIFOQueue(QueueBase):
     bound when ``capacity < 0``, Q5). A batch of at least 1 MiB of dense
     numeric data that can go in (or out) at once is copied with the lock
     released (reserve → copy → commit, see :mod:`feedq.queues._engine`).
-    For one component and no ``cancel`` token, ``enqueue`` / ``dequeue`` /
-    ``enqueue_many`` / ``dequeue_many`` run their fast path inline here;
-    everything else is :class:`QueueBase`'s.
+    Without a ``cancel`` token, ``enqueue_many`` and the batch dequeues
+    (without ``out``) run their fast path inline here for any number of
+    fixed-shape components, and ``enqueue`` / ``dequeue`` theirs for one
+    component; everything else is :class:`QueueBase`'s
+    (``tests/test_fifo_fast_path.py`` checks that both agree).
 
     Example::
 
