@@ -8,7 +8,10 @@
 (e) 1P+1C MB/s of 2 MiB blocks (256 x float32[2048]), which FIFOQueue copies
     with its lock released (reserve -> copy -> commit), against the same
     queue copying under its lock, and a NumPy copy;
-(d) memory of a FIFOQueue holding 1M float32[32] elements vs the payload.
+(d) memory of a FIFOQueue holding 1M float32[32] elements vs the payload;
+(f) us per enqueue_many + dequeue_many pair of 64 and 1024 rows with 1, 2 and 4
+    components (float32[32] + int64 columns; and + a string column), one
+    thread, against the same calls through QueueBase's generic path.
 
 Run: python benchmarks/queues.py [--quick]
 """
@@ -18,8 +21,10 @@ from __future__ import annotations
 import argparse
 import gc
 import queue as pyqueue
+import statistics
 import threading
 import tracemalloc
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +33,7 @@ try:
 except ImportError:  # run as a script from benchmarks/
     from _util import header, median_rate, table, timed  # type: ignore[no-redef]
 
-from feedq import FIFOQueue, PaddingFIFOQueue, RandomShuffleQueue
+from feedq import STRING, FIFOQueue, PaddingFIFOQueue, QueueBase, RandomShuffleQueue
 
 
 def pairs_feedq(n: int, shape: tuple[int, ...]) -> float:
@@ -169,6 +174,42 @@ def ragged_padding_rate(blocks: int) -> float:
     return timed(blocks * mb, body)
 
 
+class GenericPathFIFOQueue(FIFOQueue):
+    """FIFOQueue whose batch calls take QueueBase's generic path (the (f) baseline)."""
+
+    def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: Any = None) -> None:
+        QueueBase.enqueue_many(self, vals, timeout, cancel=cancel)
+
+    def dequeue_many(self, n: Any, timeout: float | None = None, out: Any = None, *,
+                     cancel: Any = None, padded: bool = True) -> Any:
+        return QueueBase.dequeue_many(self, n, timeout, out, cancel=cancel, padded=padded)
+
+    def _dequeue_batch(self, *args: Any) -> Any:
+        return QueueBase._dequeue_batch(self, *args)
+
+
+def components_pair_us(cls: type[FIFOQueue], ncomp: int, rows: int, string: bool, pairs: int) -> float:
+    """Pairs per second (1e6 / us per pair) of enqueue_many + dequeue_many."""
+    rng = np.random.default_rng(0)
+    dtypes: list[Any] = [np.float32] + [np.int64] * (ncomp - 1)
+    shapes: list[list[int]] = [[WIDTH]] + [[]] * (ncomp - 1)
+    cols: list[Any] = [rng.random((rows, WIDTH), dtype=np.float32)]
+    cols += [np.arange(rows, dtype=np.int64)] * (ncomp - 1)
+    if string:
+        dtypes.append(STRING)
+        shapes.append([])
+        cols.append(np.array([b"r%d" % i for i in range(rows)], dtype=object))
+    q = cls(4 * rows, dtypes, shapes=shapes)
+    vals = cols[0] if len(cols) == 1 else cols
+
+    def body() -> None:
+        for _ in range(pairs):
+            q.enqueue_many(vals)
+            q.dequeue_many(rows)
+
+    return timed(pairs, body)
+
+
 def memory_ratio(n: int) -> tuple[float, float]:
     gc.collect()
     tracemalloc.start()
@@ -191,12 +232,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats and elements")
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--only", choices=["all", "components"], default="all",
+                    help="components: only the (f) rows")
     args = ap.parse_args()
     repeats = args.repeats or (3 if args.quick else 7)
-    n_pairs = 20_000 if args.quick else 100_000
-    blocks = 500 if args.quick else 3000
 
     header("feedq queue benchmark")
+    rows: list[list[str]] = []
+    if args.only == "all":
+        rows += core_rows(args.quick, repeats)
+    rows += component_rows(args.quick, repeats)
+    print(table(rows, ["measure", "feedq", "baseline", "ratio", "target"]))
+
+
+def core_rows(quick: bool, repeats: int) -> list[list[str]]:
+    """Rows (a)-(e) and (d)."""
+    n_pairs = 20_000 if quick else 100_000
+    blocks = 500 if quick else 3000
     rows = []
     for shape in [(), (32,)]:
         f, _ = median_rate(lambda shape=shape: pairs_feedq(n_pairs, shape), repeats)
@@ -219,12 +271,32 @@ def main() -> None:
     rp, _ = median_rate(lambda: ragged_padding_rate(blocks // 10), repeats)
     rows.append(["MB/s padding, ragged rows, per-element enqueue", f"{rp:,.0f}", f"numpy copy {bound:,.0f}",
                  f"{rp / bound:.3f}x", "(info)"])
-    n_mem = 200_000 if args.quick else 1_000_000
+    n_mem = 200_000 if quick else 1_000_000
     ratio, mb = memory_ratio(n_mem)
     rows.append([f"(d) memory, FIFOQueue of {n_mem:,} float32[32]", f"{mb:,.0f} MB",
                  f"payload {n_mem * 128 / 1e6:,.0f} MB", f"{ratio:.3f}x", "<= 1.1x"])
-    print(table(rows, ["measure", "feedq", "baseline", "ratio", "target"]))
+    return rows
 
+
+def component_rows(quick: bool, repeats: int) -> list[list[str]]:
+    """Rows (f): the batch fast path against the generic path, interleaved."""
+    n_pairs = 2_000 if quick else 10_000
+    rows = []
+    for nrows in (64, 1024):
+        for ncomp, string in [(1, False), (2, False), (4, False), (2, True)]:
+            def rate(cls: type[FIFOQueue], ncomp: int = ncomp, nrows: int = nrows, string: bool = string) -> float:
+                return components_pair_us(cls, ncomp, nrows, string, n_pairs // (1 + nrows // 256))
+            fast, generic = [], []
+            rate(FIFOQueue)
+            rate(GenericPathFIFOQueue)
+            for _ in range(repeats):
+                fast.append(rate(FIFOQueue))
+                generic.append(rate(GenericPathFIFOQueue))
+            f, g = statistics.median(fast), statistics.median(generic)
+            what = f"f32[32]{' + int64' * (ncomp - 1)}{' + string' if string else ''}"
+            rows.append([f"(f) us per enqueue_many+dequeue_many, {nrows} x {what}", f"{1e6 / f:,.1f}",
+                         f"generic path {1e6 / g:,.1f}", f"{f / g:.2f}x", "(info)"])
+    return rows
 
 if __name__ == "__main__":
     main()

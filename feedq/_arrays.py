@@ -82,6 +82,11 @@ def flatten_values(
     """Q3/Q4/Q9: turn a user element (bare value, list, dict) into a list of
     component values. Any count mismatch is a ``ValueError`` (Q9: feedq does
     not drop extra components as TF does)."""
+    t = type(vals)
+    if (t is list or t is tuple) and names is None:  # the common case, before the ABC checks
+        if len(vals) != count:
+            raise ValueError(f"{where} expects {count} components, got {len(vals)}")
+        return list(vals)
     if names is not None:
         if not isinstance(vals, Mapping):
             raise ValueError(f"{where} has named components {names}: must enqueue a dictionary")

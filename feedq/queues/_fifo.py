@@ -29,9 +29,11 @@ class FIFOQueue(QueueBase):
     bound when ``capacity < 0``, Q5). A batch of at least 1 MiB of dense
     numeric data that can go in (or out) at once is copied with the lock
     released (reserve → copy → commit, see :mod:`feedq.queues._engine`).
-    For one component and no ``cancel`` token, ``enqueue`` / ``dequeue`` /
-    ``enqueue_many`` / ``dequeue_many`` run their fast path inline here;
-    everything else is :class:`QueueBase`'s.
+    Without a ``cancel`` token, ``enqueue_many`` and the batch dequeues
+    (without ``out``) run their fast path inline here for any number of
+    fixed-shape components, and ``enqueue`` / ``dequeue`` theirs for one
+    component; everything else is :class:`QueueBase`'s
+    (``tests/test_fifo_fast_path.py`` checks that both agree).
 
     Example::
 
@@ -132,19 +134,22 @@ class FIFOQueue(QueueBase):
         return super().dequeue(timeout, cancel=cancel)
 
     def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
-        # QueueBase.enqueue_many with its fast path inlined for one dense
-        # numeric component given as an ndarray of its dtype, no token, and a
-        # batch small enough to copy under the lock.
+        # QueueBase.enqueue_many with its fast path inlined when there is no
+        # token and the batch is small enough to copy under the lock: for one
+        # dense numeric component given as an ndarray of its dtype, then for
+        # any components (_enqueue_batch).
+        if cancel is not None:
+            super().enqueue_many(vals, timeout, cancel=cancel)
+            return
+        if timeout is not None:
+            check_timeout(timeout)
         if (
-            cancel is None
-            and type(vals) is np.ndarray
+            type(vals) is np.ndarray
             and vals.dtype is self._dtype0
             and vals.ndim
             and vals.shape[1:] == self._shape0
             and self._single
         ):
-            if timeout is not None:
-                check_timeout(timeout)
             n = vals.shape[0]
             with self._mutex:
                 size = self._size
@@ -171,7 +176,43 @@ class FIFOQueue(QueueBase):
                     if self._consumers:
                         self._flush()
                     return
-        super().enqueue_many(vals, timeout, cancel=cancel)
+        self._enqueue_batch(self._convert_batch(vals), timeout)
+
+    def _enqueue_batch(self, cols: list[np.ndarray[Any, Any]], timeout: float | None) -> None:
+        """:meth:`enqueue_many` of converted columns, no token: the fast path
+        for any number of components, else QueueBase's path."""
+        n = cols[0].shape[0]
+        if n == 0:
+            return
+        with self._mutex:
+            size = self._size
+            alloc = self._alloc
+            if (
+                n < self._unlocked_rows
+                and self._state is _OPEN
+                and not self._producers
+                and not self._in_busy
+                and size + n <= self._size_limit
+                and size + self._out_busy + n <= alloc
+            ):
+                pos = self._head + size
+                if pos >= alloc:
+                    pos -= alloc
+                if pos + n <= alloc:
+                    end = pos + n
+                    for buf, col in zip(self._cols, cols):
+                        buf[pos:end] = col
+                else:
+                    for buf, col in zip(self._cols, cols):
+                        self._ring_write(buf, alloc, pos, col)
+                self._size = size = size + n
+                self._enqueued += n
+                if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                    self._peak = size
+                if self._consumers:
+                    self._flush()
+                return
+        self._enqueue_cols(cols, n, timeout, None)
 
     def dequeue_many(
         self, n: Count, timeout: float | None = None, out: Any = None, *,
@@ -207,7 +248,49 @@ class FIFOQueue(QueueBase):
                     if self._producers:
                         self._flush()
                     return result
-        return super().dequeue_many(n, timeout, out, cancel=cancel, padded=padded)
+        return self._dequeue_batch(n, timeout, out, False, "dequeue_many", False, cancel, padded)
+
+    def _dequeue_batch(
+        self, n: Count, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
+        cancel: CancelToken | None, padded: bool = True,
+    ) -> Any:
+        # QueueBase._dequeue_batch (dequeue_many / dequeue_up_to /
+        # dequeue_available) with its fast path inlined for fixed-shape
+        # components, any number, no token and no out buffers: the same
+        # steps as QueueBase's fast path with _take, without the calls.
+        if cancel is None and out is None and type(n) is int and n > 0 and self._all_dense:
+            if timeout is not None:
+                check_timeout(timeout)
+            with self._mutex:
+                size = self._size
+                if (size >= n or (some and size)) and not self._consumers:
+                    k = n if n <= size else size
+                    if k < self._unlocked_rows:
+                        self._takes += 1
+                        self._fill_sum += size
+                        if self._claims:
+                            self._keep_busy(k)
+                        head, alloc, bufs = self._head, self._alloc, self._cols
+                        end = head + k
+                        if end <= alloc:
+                            cols = [buf[head:end].copy() for buf in bufs]
+                            for i in self._obj_idx:  # drop the queue's references
+                                bufs[i][head:end] = None
+                            self._head = end if end < alloc else 0
+                        else:
+                            end -= alloc
+                            cols = [np.concatenate((buf[head:], buf[:end])) for buf in bufs]
+                            for i in self._obj_idx:
+                                clear_ring(bufs[i], alloc, head, k)
+                            self._head = end
+                        self._size = size - k
+                        self._dequeued += k
+                        if self._producers:
+                            self._flush()
+                        if self._names is not None:
+                            return dict(zip(self._names, cols))
+                        return cols[0] if self._single else cols
+        return super()._dequeue_batch(n, timeout, out, up_to, op, some, cancel, padded)
 
     # -- storage -------------------------------------------------------------------------
 

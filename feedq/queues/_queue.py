@@ -362,6 +362,13 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         n = cols[0].shape[0]
         if n == 0:
             return
+        self._enqueue_cols(cols, n, timeout, cancel)
+
+    def _enqueue_cols(
+        self, cols: list[np.ndarray[Any, Any]], n: int, timeout: float | None,
+        cancel: CancelToken | None,
+    ) -> None:
+        """:meth:`enqueue_many` of ``n > 0`` converted rows (timeout checked)."""
         with self._mutex:
             # Fast path: nobody ahead in line (nor a batch being copied in)
             # and room for the whole batch.

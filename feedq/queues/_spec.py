@@ -232,6 +232,15 @@ class ElementCodec:
         wheres = self._wheres
         cols = []
         for comp, value in zip(comps, values):
+            if (
+                type(value) is np.ndarray
+                and comp._numeric  # type: ignore[attr-defined]
+                and value.dtype is comp.dtype
+                and value.ndim
+                and value.shape[1:] == comp.shape
+            ):
+                cols.append(value)  # already a column (Component.convert_many, inline)
+                continue
             if rows and not comp.dense and (
                 isinstance(value, (list, tuple))
                 or (isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1)
