@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import feedq
 from feedq import _native
-from feedq._datasets import _example, _float_feature, _int64_feature, make_dataset
+from feedq.cli.datasets import _example, _float_feature, _int64_feature, make_dataset
 from feedq.errors import OutOfRangeError
 from feedq.queues import FIFOQueue
 from feedq.readers import (

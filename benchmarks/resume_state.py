@@ -41,7 +41,7 @@ except ImportError:  # run as a script from benchmarks/
     from _util import header, table  # type: ignore[no-redef]
 
 import feedq
-from feedq._datasets import make_dataset
+from feedq.cli.datasets import make_dataset
 from feedq.readers import (
     FixedLenFeature,
     TextLineReader,

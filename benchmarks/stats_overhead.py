@@ -3,7 +3,7 @@
 ``Pipeline.statistics()`` needs per-thread accounts: each runner thread
 times its op calls, and the queues add the time a call of that thread
 waited. This script runs the same pipelines with runner accounting on and
-off (``feedq._waits.set_enabled``), the rounds interleaved (one round runs
+off (``feedq._core.accounts.set_enabled``), the rounds interleaved (one round runs
 every case once, on then off, alternating which goes first) and reports the
 median rate of each and the ratio, measured in the same run. The queues' own
 counters (two integer adds per dequeue call, a clock read per wait) stay on
@@ -46,7 +46,7 @@ import readers as readers_bench  # noqa: E402 - benchmarks/readers.py
 from _util import header, table  # noqa: E402
 
 import feedq  # noqa: E402
-from feedq import _waits  # noqa: E402
+from feedq._core import accounts as _waits
 from feedq.runners import QueueRunner  # noqa: E402
 
 

@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
         folder = args.data or tmp
         files = sorted(str(p) for p in Path(folder).glob("*.tfrecord"))
         if not files:
-            from feedq._datasets import make_dataset
+            from feedq.cli.datasets import make_dataset
 
             files = make_dataset(folder, "tfrecord", args.records, files=4, layout="realistic")
         print(f"# data: {len(files)} files, {sum(os.path.getsize(f) for f in files) >> 20} MiB, "

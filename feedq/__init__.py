@@ -8,10 +8,10 @@ first use.
 
 from __future__ import annotations
 
-from . import devices, errors, process, readers
-from ._defaults import get_default_timeout, set_default_timeout
-from .coordinator import Coordinator, LooperThread
-from .devices import (
+from feedq import devices, errors, process, readers
+from feedq._core.timeouts import get_default_timeout, set_default_timeout
+from feedq.coordinator import Coordinator, LooperThread
+from feedq.devices import (
     DeviceConfig,
     DeviceFeeder,
     DeviceSpec,
@@ -27,7 +27,7 @@ from .devices import (
     to_cupy,
     to_torch,
 )
-from .input import (
+from feedq.input import (
     Stage,
     StageStatistics,
     batch,
@@ -46,7 +46,7 @@ from .input import (
     slice_input_producer,
     string_input_producer,
 )
-from .pipeline import (
+from feedq.pipeline import (
     Bottleneck,
     ConsumerTiming,
     Pipeline,
@@ -61,8 +61,8 @@ from .pipeline import (
     prometheus_collector,
     set_stall_timeout,
 )
-from .process import ProcessStage, process_stage
-from .queues import (
+from feedq.process import ProcessStage, process_stage
+from feedq.queues import (
     STRING,
     CancelToken,
     ConditionalAccumulator,
@@ -74,7 +74,7 @@ from .queues import (
     RandomShuffleQueue,
     reset_shared_queues,
 )
-from .runners import (
+from feedq.runners import (
     QUEUE_RUNNERS,
     QueueRunner,
     QueueRunnerStatistics,

@@ -16,7 +16,7 @@ Shutdown is one story: ``request_stop`` -> runners cancelled -> threads
 joined -> owned resources closed, in reverse order of registration. The
 pipeline owns what is given to :meth:`Pipeline.closing` and what registers
 itself (readers, device feeders) while ``with pipe:`` is open
-(``feedq._scope``).
+(``feedq._core.scope``).
 
 Input functions (``feedq.input``) called while a pipeline is the current
 one (inside ``with pipe:`` or ``with pipe.as_default():``) add their runners
@@ -24,7 +24,7 @@ to it instead of the process-wide collection.
 
 ``control_dependencies(deps)`` postpones runners created inside it until
 every dependency is done (runners, stages, queues or events); it lives in
-``feedq._control`` and is public here.
+``feedq.runners`` and is public here.
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from . import _stall
-from ._control import control_dependencies, current_dependencies, gate_ops
-from ._prometheus import prometheus_collector
-from ._scope import closing_scope
-from ._stats import (
+from feedq._core.scope import closing_scope
+from feedq._observe import stall as _stall
+from feedq._observe.prometheus import prometheus_collector
+from feedq._observe.statistics import (
     Bottleneck,
     ConsumerTiming,
     PipelineStatistics,
@@ -51,10 +50,17 @@ from ._stats import (
     collect,
     format_report,
 )
-from .coordinator import Coordinator
-from .errors import FailedPreconditionError, InvalidArgumentError
-from .queues import QueueBase
-from .runners import QueueRunner, _set_pipeline_adder, add_queue_runner
+from feedq.coordinator import Coordinator
+from feedq.errors import FailedPreconditionError, InvalidArgumentError
+from feedq.queues import QueueBase
+from feedq.runners import (
+    QueueRunner,
+    _set_pipeline_adder,
+    add_queue_runner,
+    control_dependencies,
+    current_dependencies,
+    gate_ops,
+)
 
 # current_dependencies, gate_ops and register_runner are for feedq.input (the
 # producers and batchers register their runners through them).
@@ -77,7 +83,7 @@ __all__ = [
     "set_stall_timeout",
 ]
 
-# The statistics classes live in feedq._stats; they are public here.
+# The statistics classes live in feedq._observe.statistics; they are public here.
 for _cls in (Bottleneck, ConsumerTiming, PipelineStatistics, QueueTiming, ShuffleBufferTiming,
              StageTiming):
     _cls.__module__ = __name__
@@ -196,7 +202,7 @@ class Pipeline:
         self._running = False  # guarded by self._lock
         # What the pipeline closes after joining its threads: objects given
         # to closing(), and those that registered themselves with the
-        # closing scope open during ``with pipe:`` (feedq._scope). One list,
+        # closing scope open during ``with pipe:`` (feedq._core.scope). One list,
         # so they close in reverse order of registration, whichever way they
         # came. The scope appends to it without our lock (list.append is
         # atomic); _close_all takes it whole under the lock.
@@ -247,7 +253,7 @@ class Pipeline:
         pipeline exits, after its threads are joined, even on an error.
 
         Readers and device feeders created inside ``with pipe:`` register
-        themselves the same way (:func:`feedq._scope.register_closeable`);
+        themselves the same way (:func:`feedq._core.scope.register_closeable`);
         everything registered is closed in reverse order of registration.
 
         Returns:

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from feedq.errors import OutOfRangeError
-
-from .conftest import check_no_leftover_threads, closed_queue, join_or_fail, wait_until
+from tests.conftest import check_no_leftover_threads, closed_queue, join_or_fail, wait_until
 
 pytest_plugins = ["pytester"]
 

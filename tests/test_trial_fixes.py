@@ -17,9 +17,9 @@ import pytest
 
 import feedq
 import feedq.readers._example as example_mod
-from feedq._arrays import variable_array
+from feedq._core.arrays import variable_array
 from feedq._devices import variables as variables_mod
-from feedq._inspect import inspect_file, render_text
+from feedq.cli._inspect import inspect_file, render_text
 from feedq.errors import InvalidArgumentError, OutOfRangeError
 from feedq.process import process_stage
 from feedq.readers import (
@@ -33,9 +33,9 @@ from feedq.readers import (
     serialize_example,
     serialize_sequence_example,
 )
-from tests import _process_builds as builds
-from tests._process_support import no_process_leaks  # noqa: F401
 from tests.conftest import closed_queue
+from tests.process import _builds as builds
+from tests.process._support import no_process_leaks  # noqa: F401
 
 
 def _block(reader: Any, path: Path) -> Any:

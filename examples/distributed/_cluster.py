@@ -34,7 +34,7 @@ def cluster() -> Iterator[tuple[fd.Session, dict[str, str]]]:
         return
     # The README/example smoke test (FEEDQ_EXAMPLE_QUICK) runs every example
     # standalone: the in-process backend keeps that to a second each; the
-    # Ray run of the same examples is tests/test_distributed_ray.py's.
+    # Ray run of the same examples is tests/distributed/test_ray.py's.
     backend = "local" if os.environ.get("FEEDQ_EXAMPLE_QUICK") else None
     with fd.LocalCluster(SPEC, backend=backend) as lc:
         assert lc.session is not None

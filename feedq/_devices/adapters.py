@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from feedq._devices.extras import require
+from feedq._devices.feeder import DeviceFeeder, resumable_source
+from feedq._devices.spec import DeviceLike, DeviceSpec
+from feedq._devices.structure import Structure
+from feedq._devices.torch_build import build_dataset, is_build_function
 from feedq.errors import FailedPreconditionError, InvalidArgumentError
-
-from .extras import require
-from .feeder import DeviceFeeder, resumable_source
-from .spec import DeviceLike, DeviceSpec
-from .structure import Structure
-from .torch_build import build_dataset, is_build_function
 
 __all__ = ["as_tf_dataset", "as_torch_dataset", "tf_signature", "to_cupy", "to_torch"]
 

@@ -24,9 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from feedq._devices.extras import require
 from feedq.errors import DeadlineExceededError
-
-from .extras import require
 
 __all__ = ["CudaEngine", "HostEngine", "Slot"]
 

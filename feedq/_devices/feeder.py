@@ -31,8 +31,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from feedq import _scope
-from feedq._defaults import resolve_timeout
+from feedq._core import scope as _scope
+from feedq._core.timeouts import resolve_timeout
+from feedq._devices.engines import CudaEngine, HostEngine, Slot
+from feedq._devices.extras import require
+from feedq._devices.feeder_thread import _JOIN_S, _FeederThread
+from feedq._devices.handoff import _END, FeederStatistics, _Item, _State
+from feedq._devices.placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
+from feedq._devices.source import BatchSource
+from feedq._devices.spec import DeviceLike
+from feedq._devices.structure import Structure
+from feedq._devices.targets import Targets
 from feedq.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -42,16 +51,6 @@ from feedq.errors import (
 )
 from feedq.pipeline import current_pipeline
 from feedq.queues import CancelToken
-
-from .engines import CudaEngine, HostEngine, Slot
-from .extras import require
-from .feeder_thread import _JOIN_S, _FeederThread
-from .handoff import _END, FeederStatistics, _Item, _State
-from .placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
-from .source import BatchSource
-from .spec import DeviceLike
-from .structure import Structure
-from .targets import Targets
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -16,20 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from feedq._devices.engines import HostEngine, Slot
+from feedq._devices.handoff import _END, _Item, _State
+from feedq._devices.placement import Placement
+from feedq._devices.source import BatchSource, stage
+from feedq._devices.structure import Structure, split_bounds
+from feedq._devices.targets import Targets
 from feedq.errors import CancelledError
 from feedq.queues import CancelToken
 
-from .engines import HostEngine, Slot
-from .handoff import _END, _Item, _State
-from .placement import Placement
-from .source import BatchSource, stage
-from .structure import Structure, split_bounds
-from .targets import Targets
-
 if TYPE_CHECKING:
+    from feedq._devices.feeder import ReplicaMode
     from feedq.coordinator import Coordinator
-
-    from .feeder import ReplicaMode
 
 # How long close() waits for the feeder and copy threads to stop.
 _JOIN_S = 5.0

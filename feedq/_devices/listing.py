@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from . import placement
-from .placement import DeviceConfig, _visible, _visible_env, get_device_config
+from feedq._devices import placement
+from feedq._devices.placement import DeviceConfig, _visible, _visible_env, get_device_config
 
 __all__ = ["DeviceInfo", "DeviceListing", "list_devices"]
 

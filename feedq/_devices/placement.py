@@ -28,11 +28,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from feedq import _defaults
+from feedq._core import timeouts as _defaults
+from feedq._devices.extras import loaded
+from feedq._devices.spec import DeviceLike, DeviceSpec
 from feedq.errors import InvalidArgumentError
-
-from .extras import loaded
-from .spec import DeviceLike, DeviceSpec
 
 __all__ = [
     "DeviceConfig",
@@ -154,7 +153,7 @@ def device(device_name_or_function: DeviceLike | DeviceFunction | None) -> Itera
     stack = _stack()
     stack.append(entry)
     # Late import: the tensor placer builds on this module.
-    from .tensors import enter_tensor_placement, exit_tensor_placement
+    from feedq._devices.tensors import enter_tensor_placement, exit_tensor_placement
 
     mode = enter_tensor_placement()
     try:

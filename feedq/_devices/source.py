@@ -27,11 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from feedq._devices.engines import Slot
+from feedq._devices.structure import Structure
 from feedq.errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
 from feedq.queues import CancelToken
-
-from .engines import Slot
-from .structure import Structure
 
 __all__ = ["UNCANCELLABLE_WAIT_S", "BatchSource", "stage"]
 

@@ -20,9 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from feedq.errors import InvalidArgumentError
-
-from .placement import (
+from feedq._devices.placement import (
     _DEVICE_KINDS,
     DeviceConfig,
     Placement,
@@ -30,8 +28,9 @@ from .placement import (
     current_device,
     place,
 )
-from .spec import DeviceLike, DeviceSpec
-from .structure import Structure
+from feedq._devices.spec import DeviceLike, DeviceSpec
+from feedq._devices.structure import Structure
+from feedq.errors import InvalidArgumentError
 
 __all__ = ["Targets"]
 

@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from .extras import loaded
-from .placement import (
+from feedq._devices.extras import loaded
+from feedq._devices.placement import (
     _DEVICE_KINDS,
     DeviceConfig,
     Placement,

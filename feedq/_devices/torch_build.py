@@ -31,13 +31,12 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from feedq._resumable import Built, check_state, fresh_state, iterate_output
-from feedq._scope import closing_scope
-from feedq._workerinfo import WorkerInfo, set_worker_info
+from feedq._core.scope import closing_scope
+from feedq._core.workerinfo import WorkerInfo, set_worker_info
+from feedq._devices.extras import require
+from feedq._resume.builds import Built, check_state, fresh_state, iterate_output
 from feedq.errors import InvalidArgumentError
 from feedq.pipeline import Pipeline
-
-from .extras import require
 
 __all__ = ["build_dataset", "is_build_function"]
 
@@ -81,7 +80,7 @@ K_EPOCH = "epoch"  # None: nothing started yet
 K_WORKER = "worker"
 K_WORKERS = "num_workers"
 K_DONE = "done"  # the worker's pass of this epoch ended
-K_PIPELINE = "pipeline"  # a feedq._resumable position, None when done
+K_PIPELINE = "pipeline"  # a feedq._resume.builds position, None when done
 
 
 def _state(epoch: int | None, index: int | None, num: int | None, done: bool,
@@ -158,7 +157,7 @@ def _run(build: Callable[[int, int], Any], start: Callable[[], _Pass], in_worker
 @functools.lru_cache(maxsize=1)
 def _dataset_class() -> type:
     torch = require("torch", "feedq.as_torch_dataset")
-    from .adapters import to_torch
+    from feedq._devices.adapters import to_torch
 
     class FeedqBuildDataset(torch.utils.data.IterableDataset):  # type: ignore[misc,name-defined]
         """A torch ``IterableDataset`` that builds a feedq pipeline per

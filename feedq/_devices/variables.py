@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from .._arrays import variable_array
-from .placement import _DEVICE_KINDS, PlacementRequest
-from .tensors import place_tensor
+from feedq._core.arrays import variable_array
+from feedq._devices.placement import _DEVICE_KINDS, PlacementRequest
+from feedq._devices.tensors import place_tensor
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -30,8 +30,8 @@ import importlib
 import os
 from types import ModuleType
 
-from . import _pure
-from ._api import (
+from feedq._native import _pure
+from feedq._native._api import (
     DEFAULT_MAX_RECORD_BYTES,
     EX_BAD_GROUP,
     EX_BAD_LENGTH,

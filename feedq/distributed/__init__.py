@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._cluster import ClusterSpec, TaskName, task_resource
-from ._compression import CODECS, WireStatistics
-from ._coordinator import ClusterCoordinator
-from ._resources import (
+from feedq.distributed._cluster import ClusterSpec, TaskName, task_resource
+from feedq.distributed._compression import CODECS, WireStatistics
+from feedq.distributed._coordinator import ClusterCoordinator
+from feedq.distributed._resources import (
     ConditionalAccumulator,
     FIFOQueue,
     PaddingFIFOQueue,
@@ -41,11 +41,17 @@ from ._resources import (
     Variable,
     replica_device_setter,
 )
-from ._server import Server, stop_server
-from ._session import Session, connect, default_session, disconnect
-from ._sharding import FileShard, WorkerInfo, shard_files, shard_records, worker_info
-from ._sync import SyncReplicas
-from ._testing import LocalCluster
+from feedq.distributed._server import Server, stop_server
+from feedq.distributed._session import Session, connect, default_session, disconnect
+from feedq.distributed._sharding import (
+    FileShard,
+    WorkerInfo,
+    shard_files,
+    shard_records,
+    worker_info,
+)
+from feedq.distributed._sync import SyncReplicas
+from feedq.distributed._testing import LocalCluster
 
 __all__ = [
     "CODECS",

@@ -27,8 +27,8 @@ import sys
 
 import click
 
-from .._cliutil import CONTEXT, guard, set_debug
-from ._cluster import ClusterSpec, TaskName, task_resource
+from feedq.cli._util import CONTEXT, guard, set_debug
+from feedq.distributed._cluster import ClusterSpec, TaskName, task_resource
 
 __all__ = ["cluster", "main"]
 
@@ -89,7 +89,7 @@ def serve(job: str, task: int, cluster_json: str | None, address: str | None, na
           operation_timeout: float | None) -> None:
     """Run a task's server until it is stopped (Server.join)."""
     def body() -> None:
-        from ._server import Server
+        from feedq.distributed._server import Server
 
         server = Server(_spec(cluster_json), job, task, address=address, namespace=namespace,
                         operation_timeout=operation_timeout)
@@ -113,8 +113,8 @@ Examples:
 def stop(job: str, task: int, cluster_json: str | None, address: str | None, namespace: str) -> None:
     """Stop a task's server (a `serve` then returns)."""
     def body() -> None:
-        from ._server import stop_server
-        from ._session import connect
+        from feedq.distributed._server import stop_server
+        from feedq.distributed._session import connect
 
         session = connect(_spec(cluster_json), address=address, namespace=namespace)
         stop_server(TaskName(job, task), session)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from feedq.errors import InvalidArgumentError
 
 __all__ = ["ClusterSpec", "TaskName", "task_resource"]
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from ..coordinator import Coordinator
-from ..errors import FeedqError, UnavailableError
-from ..queues import CancelToken
-from ._cluster import TaskName
-from ._resources import resolve_task
-from ._session import Session, default_session
+from feedq.coordinator import Coordinator
+from feedq.distributed._cluster import TaskName
+from feedq.distributed._resources import resolve_task
+from feedq.distributed._session import Session, default_session
+from feedq.errors import FeedqError, UnavailableError
+from feedq.queues import CancelToken
 
 __all__ = ["ClusterCoordinator"]
 

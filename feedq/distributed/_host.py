@@ -50,8 +50,12 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._defaults import resolve_timeout
-from ..errors import (
+from feedq._core.timeouts import resolve_timeout
+from feedq.distributed._cluster import TaskName
+from feedq.distributed._compression import decode, encode
+from feedq.distributed._hosted import HostedVariable, StopRecord
+from feedq.distributed._ledger import CallLedger, Clock, Delivery
+from feedq.errors import (
     CancelledError,
     DeadlineExceededError,
     FailedPreconditionError,
@@ -59,7 +63,7 @@ from ..errors import (
     NotFoundError,
     UnavailableError,
 )
-from ..queues import (
+from feedq.queues import (
     CancelToken,
     ConditionalAccumulator,
     FIFOQueue,
@@ -69,10 +73,6 @@ from ..queues import (
     RandomShuffleQueue,
     ResourceManager,
 )
-from ._cluster import TaskName
-from ._compression import decode, encode
-from ._hosted import HostedVariable, StopRecord
-from ._ledger import CallLedger, Clock, Delivery
 
 __all__ = ["ACK_WINDOW", "BLOCKING_OPS", "DELIVERING_OPS", "Host", "QueueMeta", "ResourceKey",
            "WouldBlock"]

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..queues import CancelToken
+from feedq.errors import InvalidArgumentError
+from feedq.queues import CancelToken
 
 __all__ = ["HostedVariable", "StopRecord", "StopState"]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..queues import CancelToken, QueueBase
+from feedq.queues import CancelToken, QueueBase
 
 __all__ = ["TOMBSTONE_TTL", "CallLedger", "Clock", "Delivery"]
 

@@ -37,14 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
-from ..errors import (
+from feedq.distributed._cluster import TaskName
+from feedq.distributed._host import BLOCKING_OPS, Host, WouldBlock
+from feedq.errors import (
     FailedPreconditionError,
     FeedqError,
     InvalidArgumentError,
     UnavailableError,
 )
-from ._cluster import TaskName
-from ._host import BLOCKING_OPS, Host, WouldBlock
 
 __all__ = [
     "CLIENT_GRACE",
@@ -75,7 +75,7 @@ def require_ray() -> ModuleType:
     try:
         import ray
     except ImportError as exc:
-        from ..devices import MissingExtraError
+        from feedq.devices import MissingExtraError
 
         raise MissingExtraError(
             'feedq.distributed with backend="ray" needs Ray, which is not installed: '

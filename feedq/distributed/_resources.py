@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import as_torch_free_array, flatten_values, pack_values, variable_array
-from ..devices import PlacementRequest, current_device
-from ..errors import InvalidArgumentError, OutOfRangeError
-from ._cluster import ClusterSpec, TaskName
-from ._compression import WireStatistics, check_codec, decode, encode
-from ._host import QueueMeta
-from ._session import Session, default_session
+from feedq._core.arrays import as_torch_free_array, flatten_values, pack_values, variable_array
+from feedq.devices import PlacementRequest, current_device
+from feedq.distributed._cluster import ClusterSpec, TaskName
+from feedq.distributed._compression import WireStatistics, check_codec, decode, encode
+from feedq.distributed._host import QueueMeta
+from feedq.distributed._session import Session, default_session
+from feedq.errors import InvalidArgumentError, OutOfRangeError
 
 __all__ = [
     "ConditionalAccumulator",
@@ -99,7 +99,7 @@ class replica_device_setter:
             ps_tasks = spec.num_tasks(job)
         if ps_tasks <= 0 and ps_strategy is None:
             raise ValueError("replica_device_setter needs ps_tasks > 0 (or a cluster with ps tasks)")
-        from ..devices import DeviceSpec
+        from feedq.devices import DeviceSpec
 
         self._ps = DeviceSpec.parse(ps_device)
         self._worker = DeviceSpec.parse(worker_device) if worker_device else None
@@ -109,7 +109,7 @@ class replica_device_setter:
         self._next = 0
 
     def __call__(self, request: PlacementRequest) -> Any:
-        from ..devices import DeviceSpec
+        from feedq.devices import DeviceSpec
 
         current = DeviceSpec.parse(request.device)
         if request.type in self._ps_ops:
@@ -526,7 +526,7 @@ class ConditionalAccumulator(_Handle):
         if shared_name is None:
             shared_name = f"{name or 'conditional_accumulator'}_{uuid.uuid4().hex[:12]}"
         # Validate here too, so misuse fails before any remote call (A1, X9).
-        from ..queues import ConditionalAccumulator as Local
+        from feedq.queues import ConditionalAccumulator as Local
 
         Local(dtype, shape, reduction_type=reduction_type)
         target = resolve_task(task, "ConditionalAccumulator", shared_name, s)

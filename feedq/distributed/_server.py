@@ -7,16 +7,16 @@ import logging
 import threading
 from typing import Any
 
-from ..errors import InvalidArgumentError, UnavailableError
-from ._cluster import ClusterSpec, TaskName, task_resource
-from ._host import Host
-from ._session import (
+from feedq.distributed._cluster import ClusterSpec, TaskName, task_resource
+from feedq.distributed._host import Host
+from feedq.distributed._session import (
     Session,
     default_session,
     register_local_host,
     set_default_session,
     unregister_local_host,
 )
+from feedq.errors import InvalidArgumentError, UnavailableError
 
 __all__ = ["Server", "stop_server"]
 
@@ -128,7 +128,7 @@ class Server:
             self._actor = self._start_actor()
 
     def _start_actor(self) -> Any:
-        from ._ray import actor_name, require_ray, task_server_class
+        from feedq.distributed._ray import actor_name, require_ray, task_server_class
 
         ray = require_ray()
         name = actor_name(self.task)
@@ -200,7 +200,7 @@ class Server:
             return self._host.wait_stopped(timeout)
         if self._actor is None:
             return True
-        from ._ray import require_ray
+        from feedq.distributed._ray import require_ray
 
         ray = require_ray()
         # One wait on the actor's stop event; the reply (or the actor's death)
@@ -238,7 +238,7 @@ class Server:
 
 def stop_actor(actor: Any, task: TaskName, session: Session | None) -> None:
     """Stop a Ray task server and kill its actor."""
-    from ._ray import require_ray
+    from feedq.distributed._ray import require_ray
 
     ray = require_ray()
     try:

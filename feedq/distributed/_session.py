@@ -17,11 +17,11 @@ import threading
 import uuid
 from typing import Any
 
-from .._defaults import get_default_timeout
-from ..errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
-from ..queues import CancelToken
-from ._cluster import ClusterSpec, TaskName
-from ._host import BLOCKING_OPS, Host
+from feedq._core.timeouts import get_default_timeout
+from feedq.distributed._cluster import ClusterSpec, TaskName
+from feedq.distributed._host import BLOCKING_OPS, Host
+from feedq.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
+from feedq.queues import CancelToken
 
 __all__ = ["BACKENDS", "Session", "connect", "default_session", "disconnect"]
 
@@ -66,8 +66,8 @@ class Session:
         self.namespace = namespace
         self._transport: Any = None
         if backend == "ray":
-            from ._ray import ensure_connected
-            from ._transport import RayTransport
+            from feedq.distributed._ray import ensure_connected
+            from feedq.distributed._transport import RayTransport
 
             ensure_connected(address, namespace)
             self._transport = RayTransport(namespace)

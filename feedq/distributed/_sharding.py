@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..errors import InvalidArgumentError
+from feedq.errors import InvalidArgumentError
 
 __all__ = ["FileShard", "WorkerInfo", "shard_files", "shard_records", "worker_info"]
 

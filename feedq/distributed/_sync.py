@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ._resources import ConditionalAccumulator, FIFOQueue, RemoteQueue
-from ._session import Session
+from feedq.distributed._resources import ConditionalAccumulator, FIFOQueue, RemoteQueue
+from feedq.distributed._session import Session
 
 __all__ = ["SyncReplicas"]
 

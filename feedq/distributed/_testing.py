@@ -26,9 +26,9 @@ import threading
 import time
 from typing import Any
 
-from ._cluster import ClusterSpec, task_resource
-from ._server import Server
-from ._session import Session, connect, disconnect
+from feedq.distributed._cluster import ClusterSpec, task_resource
+from feedq.distributed._server import Server
+from feedq.distributed._session import Session, connect, disconnect
 
 __all__ = ["LocalCluster"]
 
@@ -130,7 +130,7 @@ class LocalCluster:
                 self._env[key] = os.environ[key]
         # Children always stay on loopback, whatever this process has.
         self._env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-        from ._ray import check_loopback_ray
+        from feedq.distributed._ray import check_loopback_ray
 
         check_loopback_ray("LocalCluster")
         import ray

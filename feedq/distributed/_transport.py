@@ -26,11 +26,17 @@ import time
 import uuid
 from typing import Any
 
-from ..errors import DeadlineExceededError, FeedqError, UnavailableError
-from ..queues import CancelToken
-from ._cluster import TaskName
-from ._host import ACK_WINDOW, BLOCKING_OPS, DELIVERING_OPS
-from ._ray import CLIENT_GRACE, HEARTBEAT_INTERVAL, UNRESPONSIVE_AFTER, actor_name, require_ray
+from feedq.distributed._cluster import TaskName
+from feedq.distributed._host import ACK_WINDOW, BLOCKING_OPS, DELIVERING_OPS
+from feedq.distributed._ray import (
+    CLIENT_GRACE,
+    HEARTBEAT_INTERVAL,
+    UNRESPONSIVE_AFTER,
+    actor_name,
+    require_ray,
+)
+from feedq.errors import DeadlineExceededError, FeedqError, UnavailableError
+from feedq.queues import CancelToken
 
 __all__ = ["RayTransport"]
 

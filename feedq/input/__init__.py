@@ -49,7 +49,8 @@ side: delivered positions), ``_resume`` (the state, restore),
 
 from __future__ import annotations
 
-from ._batching import (
+from feedq._resume.reshard import reshard_states
+from feedq.input._batching import (
     batch,
     batch_join,
     maybe_batch,
@@ -59,7 +60,7 @@ from ._batching import (
     shuffle_batch,
     shuffle_batch_join,
 )
-from ._producers import (
+from feedq.input._producers import (
     input_producer,
     limit_epochs,
     match_filenames_once,
@@ -67,8 +68,7 @@ from ._producers import (
     slice_input_producer,
     string_input_producer,
 )
-from ._reshard import reshard_states
-from ._stage import Stage, StageStatistics
+from feedq.input._stage import Stage, StageStatistics
 
 __all__ = [
     "Stage",

@@ -15,16 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import _provenance
-from ..errors import CancelledError, OutOfRangeError
-from ..pipeline import current_pipeline, gate_ops, register_runner
-from ..queues import FIFOQueue, PaddingFIFOQueue, QueueBase
-from ..runners import QueueRunner
-from ._resume import Resume
-from ._shuffle import ShuffleBuffer
-from ._sources import _apply_keep, _block_size, _check_spec, _Source, check_keep_input
-from ._sparse import SparseCodec, SparseTable
-from ._stage import Stage, _reraise_cause
+from feedq._resume import report as _provenance
+from feedq._resume.state import Resume
+from feedq.errors import CancelledError, OutOfRangeError
+from feedq.input._shuffle import ShuffleBuffer
+from feedq.input._sources import _apply_keep, _block_size, _check_spec, _Source, check_keep_input
+from feedq.input._sparse import SparseCodec, SparseTable
+from feedq.input._stage import Stage, _reraise_cause
+from feedq.pipeline import current_pipeline, gate_ops, register_runner
+from feedq.queues import FIFOQueue, PaddingFIFOQueue, QueueBase
+from feedq.runners import QueueRunner
 
 LOG = logging.getLogger("feedq")
 
@@ -79,7 +79,7 @@ def _batcher(
     if resumable:
         if shared_name is not None:
             raise ValueError(f"{name}: a resumable pipeline's batcher cannot use a shared queue")
-        # A hidden last column: each row's position (feedq._provenance).
+        # A hidden last column: each row's position (feedq._resume.report).
         dtypes.append(np.dtype(np.int64))
         shapes.append([])
     if dynamic_pad:

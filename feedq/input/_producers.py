@@ -15,14 +15,14 @@ from typing import Any, overload
 
 import numpy as np
 
-from ..errors import NotFoundError, OutOfRangeError
-from ..pipeline import current_pipeline, gate_ops, register_runner
-from ..queues import STRING, FIFOQueue
-from ..runners import QueueRunner
-from ._positions import ProducerTracker
-from ._resume import restore_producer
-from ._sources import as_array as _as_array
-from ._stage import Stage
+from feedq._resume.producer import ProducerTracker
+from feedq._resume.state import restore_producer
+from feedq.errors import NotFoundError, OutOfRangeError
+from feedq.input._sources import as_array as _as_array
+from feedq.input._stage import Stage
+from feedq.pipeline import current_pipeline, gate_ops, register_runner
+from feedq.queues import STRING, FIFOQueue
+from feedq.runners import QueueRunner
 
 __all__ = [
     "input_producer",

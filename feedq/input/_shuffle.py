@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
-from ..queues import QueueBase, RandomShuffleQueue
-from . import _snaplog
-from ._ledger import Ledger, Snapshot
-from ._snaplog import SnapshotLog
+from feedq._resume import snaplog as _snaplog
+from feedq._resume.ledger import Ledger, Snapshot
+from feedq._resume.snaplog import SnapshotLog
+from feedq.errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
+from feedq.queues import QueueBase, RandomShuffleQueue
 
 __all__ = ["ShuffleBuffer"]
 

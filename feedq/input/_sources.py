@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import as_dtype, as_torch_free_array
-from ..queues import STRING
-from ._sparse import is_sparse, is_sparse_spec, sparse_dtype
-from ._stage import Stage
+from feedq._core.arrays import as_dtype, as_torch_free_array
+from feedq.input._sparse import is_sparse, is_sparse_spec, sparse_dtype
+from feedq.input._stage import Stage
+from feedq.queues import STRING
 
 __all__: list[str] = []
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import as_dtype
-from ..errors import InvalidArgumentError
-from ..queues import STRING
-from ..readers import SparseTensorValue, VarLenFeature
+from feedq._core.arrays import as_dtype
+from feedq.errors import InvalidArgumentError
+from feedq.queues import STRING
+from feedq.readers import SparseTensorValue, VarLenFeature
 
 __all__ = [
     "SparseCodec",

@@ -14,22 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _provenance
-from ..errors import (
+from feedq._resume import report as _provenance
+from feedq.errors import (
     CancelledError,
     FailedPreconditionError,
     InvalidArgumentError,
     OutOfRangeError,
 )
-from ..pipeline import current_pipeline
-from ..queues import QueueBase, QueueStatistics
-from ..runners import QueueRunner, QueueRunnerStatistics, runner_events
-from ._sparse import SparseTable, batch_sparse
+from feedq.input._sparse import SparseTable, batch_sparse
+from feedq.pipeline import current_pipeline
+from feedq.queues import QueueBase, QueueStatistics
+from feedq.runners import QueueRunner, QueueRunnerStatistics, runner_events
 
 if TYPE_CHECKING:
-    from ._positions import ProducerTracker
-    from ._producers import _Epochs
-    from ._resume import Resume
+    from feedq._resume.producer import ProducerTracker
+    from feedq._resume.state import Resume
+    from feedq.input._producers import _Epochs
 
 __all__ = ["Stage", "StageStatistics"]
 

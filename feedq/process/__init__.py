@@ -34,11 +34,11 @@ order), ``_failures`` (worker failures as exceptions) and ``_state``
 
 from __future__ import annotations
 
-from .._workerinfo import WorkerInfo, get_worker_info
-from ._factory import process_stage
-from ._failures import WorkerTraceback
-from ._launch import default_start_method, warm_up
-from ._stage import ProcessStage, ProcessStageStatistics
+from feedq._core.workerinfo import WorkerInfo, get_worker_info
+from feedq.process._factory import process_stage
+from feedq.process._failures import WorkerTraceback
+from feedq.process._launch import default_start_method, warm_up
+from feedq.process._stage import ProcessStage, ProcessStageStatistics
 
 __all__ = [
     "ProcessStage",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._stage import ProcessStage
+from feedq.process._stage import ProcessStage
 
 __all__ = ["process_stage"]
 

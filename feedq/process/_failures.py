@@ -10,7 +10,7 @@ import contextlib
 import pickle
 from typing import Any
 
-from ..errors import AbortedError, UnavailableError
+from feedq.errors import AbortedError, UnavailableError
 
 __all__ = ["WorkerTraceback", "worker_exception"]
 

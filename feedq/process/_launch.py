@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ._shm import Segment, unlink
-from ._worker import SlotReturns
+from feedq.process._shm import Segment, unlink
+from feedq.process._worker import SlotReturns
 
 __all__ = [
     "ORDERS",

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from feedq.errors import InvalidArgumentError
 
 __all__ = ["ALIGN", "Plan", "flatten", "plan", "read", "unflatten", "write"]
 

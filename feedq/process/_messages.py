@@ -16,9 +16,9 @@ import time
 from collections import deque
 from typing import Any
 
-from ..errors import DataLossError
-from ._launch import WorkerHandle, describe_exit
-from ._shm import Segment, unlink
+from feedq.errors import DataLossError
+from feedq.process._launch import WorkerHandle, describe_exit
+from feedq.process._shm import Segment, unlink
 
 __all__ = ["WAIT_SLICE_SECS", "MessagesMixin"]
 

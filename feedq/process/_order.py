@@ -10,7 +10,7 @@ import contextlib
 from collections import deque
 from typing import Any
 
-from ._launch import WorkerHandle
+from feedq.process._launch import WorkerHandle
 
 __all__ = ["EPOCH_END", "OrderMixin"]
 

@@ -27,7 +27,7 @@ import os
 import secrets
 import sys
 
-from ..errors import UnimplementedError
+from feedq.errors import UnimplementedError
 
 try:  # POSIX (Linux, macOS); not on Windows
     import _posixshmem

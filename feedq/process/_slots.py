@@ -27,9 +27,9 @@ import threading
 
 import numpy as np
 
-from ._launch import WorkerHandle
-from ._shm import Segment
-from ._worker import EXTRA_SLOTS
+from feedq.process._launch import WorkerHandle
+from feedq.process._shm import Segment
+from feedq.process._worker import EXTRA_SLOTS
 
 __all__ = ["Held", "SlotsMixin"]
 

@@ -32,24 +32,30 @@ from typing import Any
 
 import numpy as np
 
-from .._defaults import resolve_timeout
-from .._scope import register_closeable
-from ..errors import (
+from feedq._core.scope import register_closeable
+from feedq._core.timeouts import resolve_timeout
+from feedq.errors import (
     CancelledError,
     DataLossError,
     DeadlineExceededError,
     OutOfRangeError,
 )
-from ..pipeline import current_pipeline
-from . import _layout
-from ._failures import worker_exception
-from ._launch import STOP_GRACE_SECS, WorkerHandle, check_arguments, context, stop_workers
-from ._messages import WAIT_SLICE_SECS, MessagesMixin
-from ._order import EPOCH_END, OrderMixin
-from ._shm import new_token, sweep
-from ._slots import Held, SlotsMixin
-from ._state import StateMixin, Take, new_records
-from ._worker import (
+from feedq.pipeline import current_pipeline
+from feedq.process import _layout
+from feedq.process._failures import worker_exception
+from feedq.process._launch import (
+    STOP_GRACE_SECS,
+    WorkerHandle,
+    check_arguments,
+    context,
+    stop_workers,
+)
+from feedq.process._messages import WAIT_SLICE_SECS, MessagesMixin
+from feedq.process._order import EPOCH_END, OrderMixin
+from feedq.process._shm import new_token, sweep
+from feedq.process._slots import Held, SlotsMixin
+from feedq.process._state import StateMixin, Take, new_records
+from feedq.process._worker import (
     EXTRA_SLOTS,
     HEADER,
     HEADER_FORMAT,
@@ -152,7 +158,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
     on a new stage before its first batch (see ``feedq.process._state``).
     """
 
-    #: Pipeline statistics and stall reports (feedq._stats, feedq._stall).
+    #: Pipeline statistics and stall reports (feedq._observe.statistics, feedq._observe.stall).
     _timing_kind = "process"
     _waiting_since: float | None = None  # perf_counter() when a take began waiting
     _waiting_ident: int | None = None  # the thread of that take

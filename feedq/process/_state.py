@@ -27,8 +27,8 @@ import time
 from collections import deque
 from typing import Any, NamedTuple
 
-from .._resumable import check_state
-from ..errors import (
+from feedq._resume.builds import check_state
+from feedq.errors import (
     CancelledError,
     DeadlineExceededError,
     FailedPreconditionError,

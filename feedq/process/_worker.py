@@ -27,7 +27,7 @@ Messages, worker -> parent (all small; payloads never travel in them):
 Parent -> worker: ``("epoch", n)``, ``("stop",)``, ``("state", request,
 epoch, upto)``: this worker's pipeline state in ``epoch`` as if only its
 first ``upto`` batches of that epoch had been delivered (a position of
-``feedq._resumable``).
+``feedq._resume.builds``).
 
 Resumption: a worker started with a state (``WorkerConfig.start_epoch`` and
 ``resume``) begins at that epoch; a ``build`` output with ``state_dict`` /
@@ -65,12 +65,12 @@ from typing import Any
 
 import numpy as np
 
-from .._resumable import Built, fresh_state, iterate_output
-from .._scope import closing_scope
-from .._workerinfo import WorkerInfo, set_worker_info
-from ..pipeline import Pipeline
-from . import _layout
-from ._shm import Segment, segment_name, unlink
+from feedq._core.scope import closing_scope
+from feedq._core.workerinfo import WorkerInfo, set_worker_info
+from feedq._resume.builds import Built, fresh_state, iterate_output
+from feedq.pipeline import Pipeline
+from feedq.process import _layout
+from feedq.process._shm import Segment, segment_name, unlink
 
 __all__ = ["HEADER", "HEADER_FORMAT", "MAGIC", "WorkerConfig", "worker_main"]
 
@@ -150,7 +150,7 @@ class WorkerConfig:
     start_epoch: int = 0
     #: Build each epoch's pipeline as ``feedq.Pipeline(resumable=True)``.
     resumable: bool = False
-    #: This worker's position in ``start_epoch`` (``feedq._resumable``), or None.
+    #: This worker's position in ``start_epoch`` (``feedq._resume.builds``), or None.
     resume: dict[str, Any] | None = None
 
 
@@ -240,7 +240,7 @@ class _Worker:
 
     def answer_state(self, request: int, epoch: int, upto: int) -> None:
         """Control thread: this worker's position in ``epoch`` once its first
-        ``upto`` batches of that epoch are delivered (``feedq._resumable``)."""
+        ``upto`` batches of that epoch are delivered (``feedq._resume.builds``)."""
         with self.lock:
             built = self.built.get(epoch)
         try:

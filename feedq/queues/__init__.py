@@ -15,21 +15,21 @@ one module per kind's storage (``_fifo``, ``_padding``, ``_shuffle``,
 
 from __future__ import annotations
 
-from ._accumulator import (
+from feedq.queues._accumulator import (
     AccumulatorStatistics,
     ConditionalAccumulator,
     reset_shared_accumulators,
 )
-from ._cancel import CancelToken
-from ._engine import QueueState
-from ._fifo import FIFOQueue
-from ._padding import PaddingFIFOQueue
-from ._priority import PriorityQueue
-from ._queue import QueueBase, QueueStatistics
-from ._registry import ResourceManager, reset_shared_queues
-from ._select import SelectedQueue
-from ._shuffle import RandomShuffleQueue
-from ._spec import STRING, as_dtype
+from feedq.queues._cancel import CancelToken
+from feedq.queues._engine import QueueState
+from feedq.queues._fifo import FIFOQueue
+from feedq.queues._padding import PaddingFIFOQueue
+from feedq.queues._priority import PriorityQueue
+from feedq.queues._queue import QueueBase, QueueStatistics
+from feedq.queues._registry import ResourceManager, reset_shared_queues
+from feedq.queues._select import SelectedQueue
+from feedq.queues._shuffle import RandomShuffleQueue
+from feedq.queues._spec import STRING, as_dtype
 
 # Plain sorted order (tests/test_public_api.py), not isort's.
 __all__ = [  # noqa: RUF022

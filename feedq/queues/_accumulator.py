@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._arrays import as_torch_free_array
-from .._defaults import resolve_timeout
-from ..errors import CancelledError, DeadlineExceededError, InvalidArgumentError
-from ._cancel import CancelToken, Waiter, hold
-from ._registry import SHARED_ACCUMULATORS, SharedByName
+from feedq._core.arrays import as_torch_free_array
+from feedq._core.timeouts import resolve_timeout
+from feedq.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
+from feedq.queues._cancel import CancelToken, Waiter, hold
+from feedq.queues._registry import SHARED_ACCUMULATORS, SharedByName
 
 __all__ = ["AccumulatorStatistics", "ConditionalAccumulator", "reset_shared_accumulators"]
 

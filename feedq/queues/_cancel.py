@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CancelledError
+from feedq.errors import CancelledError
 
 __all__ = ["CancelToken"]
 

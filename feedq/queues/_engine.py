@@ -62,11 +62,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._defaults import resolve_timeout
-from .._waits import current_account
-from ..errors import CancelledError, DeadlineExceededError, OutOfRangeError
-from ._cancel import CancelToken, Waiter, hold
-from ._spec import Component, ElementCodec
+from feedq._core.accounts import current_account
+from feedq._core.timeouts import resolve_timeout
+from feedq.errors import CancelledError, DeadlineExceededError, OutOfRangeError
+from feedq.queues._cancel import CancelToken, Waiter, hold
+from feedq.queues._spec import Component, ElementCodec
 
 __all__ = ["QueueEngine", "QueueState"]
 
@@ -182,7 +182,7 @@ class QueueEngine(ElementCodec):
         # claimed by dequeues copying outside it (ring kinds only).
         self._in_busy = 0  # guarded by self._mutex
         self._out_busy = 0  # guarded by self._mutex
-        # Timing (feedq._stats): dequeue calls, the sizes they found (for
+        # Timing (feedq._observe.statistics): dequeue calls, the sizes they found (for
         # the mean fill), and the calls that waited and for how long.
         self._takes = 0  # guarded by self._mutex
         self._fill_sum = 0  # guarded by self._mutex
@@ -191,7 +191,7 @@ class QueueEngine(ElementCodec):
         self._enq_wait_s = 0.0  # guarded by self._mutex
         self._deq_wait_s = 0.0  # guarded by self._mutex
 
-    # -- timing (read by feedq._stats) ---------------------------------------------
+    # -- timing (read by feedq._observe.statistics) ---------------------------------------------
 
     def _timing(self) -> tuple[int, int, int, int, int, int, int, int, float, float]:
         """A consistent snapshot for feedq's pipeline statistics: ``(size,
@@ -268,7 +268,7 @@ class QueueEngine(ElementCodec):
         token = att.cancel
         unsubscribe = None if token is None else token.on_fire(att.wake)
         # Timing (one clock read each way): the queue's wait totals, the
-        # calling runner thread's account (feedq._waits), and who waits
+        # calling runner thread's account (feedq._core.accounts), and who waits
         # since when (stall reports).
         output = isinstance(att, _Enqueue)
         account = current_account()

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ._cancel import CancelToken
-from ._engine import QueueState
-from ._queue import QueueBase, check_timeout
-from ._refs import clear_ring
-from ._spec import STRING, Count
+from feedq.queues._cancel import CancelToken
+from feedq.queues._engine import QueueState
+from feedq.queues._queue import QueueBase, check_timeout
+from feedq.queues._refs import clear_ring
+from feedq.queues._spec import STRING, Count
 
 __all__ = ["FIFOQueue"]
 
@@ -33,7 +33,7 @@ class FIFOQueue(QueueBase):
     (without ``out``) run their fast path inline here for any number of
     fixed-shape components, and ``enqueue`` / ``dequeue`` theirs for one
     component; everything else is :class:`QueueBase`'s
-    (``tests/test_fifo_fast_path.py`` checks that both agree).
+    (``tests/queues/test_fifo_fast_path.py`` checks that both agree).
 
     Example::
 

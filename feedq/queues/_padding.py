@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from ._fifo import FIFOQueue
-from ._queue import QueueBase
-from ._spec import STRING, Component
+from feedq.queues._fifo import FIFOQueue
+from feedq.queues._queue import QueueBase
+from feedq.queues._spec import STRING, Component
 
 __all__ = ["PaddingFIFOQueue"]
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ._queue import QueueBase
-from ._refs import clear_refs
-from ._spec import Component, normalize_dtypes, normalize_shapes
+from feedq.errors import InvalidArgumentError
+from feedq.queues._queue import QueueBase
+from feedq.queues._refs import clear_refs
+from feedq.queues._spec import Component, normalize_dtypes, normalize_shapes
 
 __all__ = ["PriorityQueue"]
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from .._arrays import pack_values
-from ..errors import InvalidArgumentError, OutOfRangeError
-from ._cancel import CancelToken
-from ._engine import QueueEngine, QueueState, _Dequeue, _Enqueue, set_num_enqueued
-from ._registry import SHARED_QUEUES, SharedByName
-from ._spec import (
+from feedq._core.arrays import pack_values
+from feedq.errors import InvalidArgumentError, OutOfRangeError
+from feedq.queues._cancel import CancelToken
+from feedq.queues._engine import QueueEngine, QueueState, _Dequeue, _Enqueue, set_num_enqueued
+from feedq.queues._registry import SHARED_QUEUES, SharedByName
+from feedq.queues._spec import (
     STRING,
     Component,
     Count,
@@ -38,7 +38,7 @@ from ._spec import (
 )
 
 if TYPE_CHECKING:
-    from ._select import SelectedQueue
+    from feedq.queues._select import SelectedQueue
 
 __all__ = ["QueueBase", "QueueStatistics"]
 
@@ -280,7 +280,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             ValueError: the queues differ in component count, dtypes or names.
             InvalidArgumentError: the index is out of range.
         """
-        from ._select import SelectedQueue
+        from feedq.queues._select import SelectedQueue
 
         return SelectedQueue(index, queues)
 

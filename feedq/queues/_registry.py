@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from ..errors import InvalidArgumentError
+from feedq.errors import InvalidArgumentError
 
 __all__ = ["ResourceManager", "SharedByName", "reset_shared_queues"]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, OutOfRangeError
-from ._cancel import CancelToken
-from ._queue import QueueBase, QueueStatistics
-from ._spec import Count, as_count
+from feedq.errors import InvalidArgumentError, OutOfRangeError
+from feedq.queues._cancel import CancelToken
+from feedq.queues._queue import QueueBase, QueueStatistics
+from feedq.queues._spec import Count, as_count
 
 __all__ = ["SelectedQueue"]
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import QueueState
-from ._queue import QueueBase
-from ._refs import clear_refs
-from ._spec import Component
+from feedq.queues._engine import QueueState
+from feedq.queues._queue import QueueBase
+from feedq.queues._refs import clear_refs
+from feedq.queues._spec import Component
 
 __all__ = ["RandomShuffleQueue"]
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._arrays import (
+from feedq._core.arrays import (
     NUMERIC_KINDS,
     STRING,
     as_dtype,
@@ -29,7 +29,7 @@ from .._arrays import (
     flatten_values,
     pack_values,
 )
-from ..errors import InvalidArgumentError
+from feedq.errors import InvalidArgumentError
 
 __all__ = [
     "STRING",

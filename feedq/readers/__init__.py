@@ -116,7 +116,7 @@ __all__ = [
 ]
 
 # Not in __all__ on purpose: masked_crc32c (TFRecord's checksum) is exported
-# for feedq's own packages (feedq._datasets writes TFRecord files) so they
+# for feedq's own packages (feedq.cli.datasets writes TFRecord files) so they
 # need not reach into feedq.readers._crc; it is not part of the documented
 # API, and `from feedq.readers import *` leaves it out.
 

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
-from feedq import _provenance, _scope
-from feedq._defaults import resolve_timeout
+from feedq._core import scope as _scope
+from feedq._core.timeouts import resolve_timeout
+from feedq._resume import report as _provenance
 from feedq.errors import InvalidArgumentError
 from feedq.readers._block import RecordBlock
 from feedq.readers._io import INTERRUPTS, ByteStream, Waiter
@@ -81,7 +82,7 @@ class ReaderBase:
     read in progress, which may be waiting for a filename. A read waiting
     for data from a pipe is woken by ``close()`` (``CancelledError``). A
     reader created inside ``with feedq.Pipeline()`` (any closing scope of
-    ``feedq._scope``) is closed by the pipeline when it shuts down.
+    ``feedq._core.scope``) is closed by the pipeline when it shuts down.
 
     Pipes and devices: a named pipe, a character device or a ``/proc`` file
     is read to its end like any file, without assuming a size. Every wait for
@@ -131,7 +132,7 @@ class ReaderBase:
         self._records = 0
         self._units = 0
         self._skipped = 0
-        # Resumable pipelines (feedq._provenance): the current unit's id and
+        # Resumable pipelines (feedq._resume.report): the current unit's id and
         # re-read filter, and the index of its next record.
         self._unit: _provenance.Unit | None = None  # guarded by self._lock
         self._unit_next = 0  # guarded by self._lock

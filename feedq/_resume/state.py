@@ -1,0 +1,316 @@
+"""Resumption of a whole pipeline: the state of a resumable batcher's stage.
+
+``docs/design.md`` ("Resumption") explains the design; in short, a state is
+plain data::
+
+    {"format": "feedq.resume/1",
+     "fingerprint": {"batcher": {...}, "producer": {...}},   # mismatch -> error
+     "taken": k,                          # evaluations delivered
+     "producer": {"seed": s, "next": d},  # replayable orders; stream position
+     "units": bytes,                      # int64 ids of units not closed
+     "skips": {"index", "counts", "ranges"},  # their delivered records (ranges)
+     "worklist": [...],                   # values of work-list units (elastic)
+     "inputs": [...] or None,             # a string producer's inputs (elastic)
+     "shard": None or {"rank", "world"},  # set by reshard_states, kept after
+     "exact": None or {"last", "buffer", "rng", "fed"}}
+
+*Any mode* restore re-reads the units not closed (skipping their delivered
+records) and continues the stream at ``next``: every record not delivered
+comes exactly once. *Exact mode* (one source, one runner thread) restores
+the shuffle buffer's positions in storage order and its generator, and
+continues the stream after the last row fed, so the batches are the ones an
+uninterrupted run would have delivered.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from feedq._resume import report as prov
+from feedq._resume.ledger import AnyView, Ledger, Snapshot, pack, unpack
+from feedq._resume.producer import ProducerTracker
+from feedq.errors import FailedPreconditionError, InvalidArgumentError
+from feedq.input._shuffle import ShuffleBuffer
+from feedq.runners import QueueRunner
+
+__all__: list[str] = []
+
+FORMAT = "feedq.resume/1"
+_MASK = (1 << prov.UNIT_SHIFT) - 1
+# Producer fingerprint entries an elastic (re-sharded) state does not hold.
+_SHARD_KEYS = ("elements", "inputs_crc32", "arrays")
+
+
+class Resume:
+    """State and restore of one resumable batcher's stage.
+
+    Args:
+        tracker: the pipeline's producer (None: none was built first).
+        shuffler: the batcher's shuffle buffer in exact mode, else None.
+        fingerprint: the batcher's shape (kinds, sizes, seeds, specs).
+        exact: one source and one runner thread (a deterministic order).
+    """
+
+    def __init__(
+        self,
+        tracker: ProducerTracker | None,
+        shuffler: ShuffleBuffer | None,
+        fingerprint: dict[str, Any],
+        exact: bool,
+    ) -> None:
+        self.tracker = tracker
+        self.ledger = Ledger(single=True if tracker is None else tracker.single)
+        self.shuffler = shuffler
+        self.exact = exact
+        self.fingerprint = fingerprint
+        self._base_last: int | None = None  # FIFO exact: the last position before ticket 0
+        self._loaded = False
+        if tracker is None:
+            self.ledger.untrace("the batcher was built before any producer of the pipeline")
+        if shuffler is not None:
+            shuffler.track(self.ledger)
+
+    # -- runner side --------------------------------------------------------------
+
+    def note(self, report: prov.Report) -> None:
+        """One evaluation of a source: hand-outs and unit sizes."""
+        self.ledger.note(report, self.tracker)
+
+    def tags(self, report: prov.Report, rows: int) -> np.ndarray[Any, Any]:
+        """Positions of the ``rows`` rows an evaluation gave (-1 if unknown)."""
+        tags = report.row_tags()
+        if tags is None or tags.shape[0] != rows:
+            got = "mixed" if tags is None else str(tags.shape[0])
+            self.ledger.untrace(
+                f"a batcher's source gave {rows} rows but its readers and producer reported "
+                f"{got} positions (a function that filters, repeats or makes up rows, or reads "
+                "without a reader over the pipeline's producer, cannot be resumed)"
+            )
+            return np.full(rows, -1, dtype=np.int64)
+        return tags
+
+    # -- state --------------------------------------------------------------------
+
+    def state_dict(self, upto: int | None) -> dict[str, Any]:
+        """The state as of ticket ``upto`` (see the module docstring)."""
+        upto = self.ledger.check_upto(upto)
+        tracker = self.tracker
+        assert tracker is not None
+        if tracker.overflow:
+            raise InvalidArgumentError(
+                f"this pipeline cannot be resumed: its producer emitted more than "
+                f"{prov.WORKLIST_BASE} elements (epochs x elements), more than positions can name"
+            )
+        view = self.ledger.any_view(upto)
+        units = view.units.copy()
+        worklist: list[Any] = []
+        wl = np.flatnonzero(units >= prov.WORKLIST_BASE)
+        for k, i in enumerate(wl.tolist()):
+            worklist.append(tracker.value_of(int(units[i])))
+            units[i] = prov.WORKLIST_BASE + k
+        index, counts, ranges = [], [], []
+        for i, u in enumerate(view.units.tolist()):
+            r = view.skips.get(u)
+            if r is not None:
+                index.append(i)
+                counts.append(r.shape[0])
+                ranges.append(r.reshape(-1))
+        state: dict[str, Any] = {
+            "format": FORMAT,
+            "fingerprint": {"batcher": dict(self.fingerprint), "producer": tracker.fingerprint()},
+            "taken": upto,
+            "producer": {"seed": tracker.seed, "next": view.next},
+            "units": pack(units),
+            "skips": {
+                "index": pack(np.asarray(index, dtype=np.int64)),
+                "counts": pack(np.asarray(counts, dtype=np.int64)),
+                "ranges": pack(np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)),
+            },
+            "worklist": [_plain(v) for v in worklist],
+            "inputs": [to_text(v) for v in tracker.arr.tolist()] if tracker.kind == "string" else None,
+            "shard": tracker.shard,
+            "exact": self._exact_part(upto) if self.exact else None,
+        }
+        return state
+
+    def _exact_part(self, upto: int) -> dict[str, Any] | None:
+        if self.shuffler is None:
+            last = self._base_last if upto == 0 else self.ledger.last_tag(upto)
+            if last is not None and (last >> prov.UNIT_SHIFT) >= prov.WORKLIST_BASE:
+                return None
+            return {"last": last, "buffer": None, "rng": None, "fed": 0}
+        snap = self.ledger.snapshot(upto)
+        units = snap.buffer >> prov.UNIT_SHIFT
+        if (units >= prov.WORKLIST_BASE).any() or (
+            snap.last is not None and (snap.last >> prov.UNIT_SHIFT) >= prov.WORKLIST_BASE
+        ):
+            return None
+        return {"last": snap.last, "buffer": pack(snap.buffer), "rng": copy.deepcopy(snap.rng),
+                "fed": snap.fed}
+
+    # -- restore ------------------------------------------------------------------
+
+    def load_state_dict(self, state: dict[str, Any], runners: list[QueueRunner]) -> None:
+        """Restore producer and batcher before anything ran (see Stage.load_state_dict)."""
+        if self.ledger.taken or any(r.started for r in runners) or (
+            self.tracker is not None and self.tracker.started
+        ):
+            raise FailedPreconditionError(
+                "load_state_dict() must come before the pipeline starts and before anything is "
+                "taken: build it inside `with feedq.Pipeline(state=...)`, or call "
+                "pipe.load_state_dict(state) before `with pipe:`"
+            )
+        if self.tracker is None:
+            raise InvalidArgumentError("this stage has no producer to restore")
+        restore_producer(self.tracker, state)
+        self.load_batcher(state)
+
+    def load_batcher(self, state: dict[str, Any]) -> None:
+        """The batcher's part of a restore (the producer's was done first)."""
+        if self._loaded:
+            raise FailedPreconditionError("this stage was already restored")
+        check_state(state, self.fingerprint, None)
+        assert self.tracker is not None
+        view, worklist = _view(state, self.tracker.n)
+        self.ledger.load(view, len(worklist))
+        exact = state["exact"]
+        if self.exact and exact is not None:
+            self._base_last = exact["last"]
+            if self.shuffler is not None:
+                self.shuffler.restore(Snapshot(unpack(exact["buffer"]), exact["rng"],
+                                               int(exact["fed"]), exact["last"]))
+        self._loaded = True
+
+
+def check_state(
+    state: Any, batcher: dict[str, Any] | None, producer: dict[str, Any] | None
+) -> None:
+    """A state from this pipeline's shape, or InvalidArgumentError naming
+    what differs."""
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise InvalidArgumentError(
+            f"not a feedq pipeline state (format {state.get('format') if isinstance(state, dict) else None!r}, "
+            f"expected {FORMAT!r})"
+        )
+    saved = state["fingerprint"]
+    diffs: list[str] = []
+    if batcher is not None:
+        diffs += _diff("batcher", saved["batcher"], batcher, ())
+    if producer is not None:
+        skip = _SHARD_KEYS if state.get("elastic") else ()
+        diffs += _diff("producer", saved["producer"], producer, skip)
+    if diffs:
+        raise InvalidArgumentError(
+            "the state is from a different pipeline: " + "; ".join(diffs)
+        )
+
+
+def _diff(what: str, saved: dict[str, Any], now: dict[str, Any], skip: tuple[str, ...]) -> list[str]:
+    out = []
+    for key in sorted(set(saved) | set(now)):
+        if key in skip:
+            continue
+        if saved.get(key) != now.get(key):
+            out.append(f"{what} {key}: saved {saved.get(key)!r}, now {now.get(key)!r}")
+    return out
+
+
+def _view(state: dict[str, Any], n: int) -> tuple[AnyView, list[Any]]:
+    """The saved units and work list (``n``: the producer's elements)."""
+    units = unpack(state["units"])
+    skips_raw = state["skips"]
+    index = unpack(skips_raw["index"])
+    counts = unpack(skips_raw["counts"])
+    ranges = unpack(skips_raw["ranges"]).reshape(-1, 2)
+    skips: dict[int, np.ndarray[Any, Any]] = {}
+    at = 0
+    for i, c in zip(index.tolist(), counts.tolist()):
+        skips[int(units[i])] = ranges[at : at + c]
+        at += c
+    nxt = state["producer"]["next"]
+    if nxt is None:  # a re-sharded state: the next epoch from its start
+        nxt = int(state["producer"]["epoch"]) * n
+    return AnyView(int(nxt), units, skips), list(state["worklist"])
+
+
+def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
+    """Give the producer its restore plan (before its runner runs).
+
+    Exact states re-emit the shuffle buffer's units (only the saved records)
+    then the rest of the last fed unit, and continue after it; any-mode
+    states re-emit the units not closed (without their delivered records)
+    and continue at the saved stream position.
+    """
+    check_state(state, None, tracker.fingerprint())
+    if state.get("elastic"):
+        mine = [to_text(v) for v in tracker.arr.tolist()]
+        if state.get("inputs") != mine:
+            shard = state.get("shard") or {}
+            which = "rank r of N must read files[r::N]"
+            if shard:
+                r, world = shard["rank"], shard["world"]
+                which = f"rank {r} of {world}: it must read files[{r}::{world}]"
+            raise InvalidArgumentError(
+                "this rank's files are not the ones the re-sharded state was dealt for "
+                f"(the state is for {which})"
+            )
+    tracker.seed = int(state["producer"]["seed"])
+    if tracker.shard is None:  # rank and world of a re-sharded run, saved again
+        tracker.shard = state.get("shard")
+    tracker._orders.clear()
+    view, worklist = _view(state, tracker.n)
+    worklist = [to_bytes(v) for v in worklist]
+    tracker._worklist = worklist
+
+    def value(u: int) -> Any:
+        return worklist[u - prov.WORKLIST_BASE] if u >= prov.WORKLIST_BASE else tracker.value_of(u)
+
+    entries: list[tuple[int, Any, prov.UnitFilter | None]] = []
+    exact = state["exact"]
+    if exact is not None:
+        if exact["buffer"] is not None:
+            tags = unpack(exact["buffer"])
+            units, recs = tags >> prov.UNIT_SHIFT, tags & _MASK
+            for u in np.unique(units).tolist():
+                only = None if tracker.single else np.sort(recs[units == u])
+                entries.append((u, value(u), prov.UnitFilter(only=only)))
+        last = exact["last"]
+        if last is None:
+            start = 0
+        else:
+            unit, rec = last >> prov.UNIT_SHIFT, last & _MASK
+            start = unit + 1
+            if not tracker.single:
+                skip = np.array([[0, rec + 1]], dtype=np.int64)
+                entries.append((unit, value(unit), prov.UnitFilter(skip=skip)))
+    else:
+        for u in view.units.tolist():
+            skipped = view.skips.get(u)
+            entries.append((u, value(u), None if skipped is None else prov.UnitFilter(skip=skipped)))
+        start = view.next
+    tracker.set_plan(entries, start, worklist)
+
+
+def to_text(value: Any) -> str:
+    """A file name (bytes) as text for a state (``torch.load(weights_only=True)``
+    refuses bytes); :func:`to_bytes` undoes it exactly."""
+    return bytes(value).decode("utf-8", "surrogateescape")
+
+
+def to_bytes(value: Any) -> Any:
+    """A state's text back to the producer's bytes (other values unchanged)."""
+    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+
+
+def _plain(value: Any) -> Any:
+    """A producer element as plain data (text for bytes, int, or a list)."""
+    if isinstance(value, (bytes, np.bytes_)):
+        return to_text(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,5 @@
+"""``python -m feedq.cli``."""
+
+from feedq.cli.main import main
+
+main()

@@ -1,0 +1,579 @@
+"""The ``feedq`` command: ``demo``, ``bench``, ``make-data``, ``inspect``, ``cluster``.
+
+Errors print as one line (``feedq: error: ...``) with exit status 1, or a
+traceback with ``--debug`` (see ``feedq.cli._util``). Ctrl-C stops a running
+pipeline cleanly and prints what was measured so far (exit status 130).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import click
+import numpy as np
+
+from feedq import __version__, _native
+from feedq.cli._schema import DEFAULT_SAMPLE, OnError
+from feedq.cli._util import CONTEXT, ProgramGroup, fail, guard, set_debug
+from feedq.cli.datasets import (
+    FIXED_RECORD_BYTES,
+    FORMATS,
+    LAYOUTS,
+    detect_format,
+    is_stream,
+    make_dataset,
+)
+from feedq.distributed.__main__ import cluster
+
+__all__ = ["main"]
+
+_MAKE_COMPRESSIONS = click.Choice(["none", "gzip", "zlib"], case_sensitive=False)
+_COMPRESSIONS = click.Choice(["none", "gzip", "zlib", "zstd"], case_sensitive=False)
+_COMPRESSION_HELP = ("none, gzip, zlib or zstd (zstd: pip install \"feedq[zstd]\"; default: from the file "
+                     "name or its first bytes).")
+_SAMPLE_HELP = "Records the schema is inferred from: the union of the first N readable ones."
+_ON_ERROR_HELP = ("skip: log (file:line) and count unreadable files, corrupt records and malformed "
+                  "rows, and go on; raise: stop at the first with a one-line error.")
+
+
+@click.group(cls=ProgramGroup, context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq demo
+  feedq make-data data/ --format tfrecord --records 200000
+  feedq bench data/
+  feedq inspect data/part-00000.tfrecord
+""")
+@click.version_option(__version__, "--version", prog_name="feedq",
+                      message=f"%(prog)s %(version)s (core: {_native.CORE})",
+                      help="Show the version and the active core (native or python), and exit.")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+def main(debug: bool) -> None:
+    """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
+
+    Run `feedq demo` to see a pipeline train a small model on sample data,
+    `feedq bench FILES...` to measure reading your own data.
+    """
+    set_debug(debug)
+
+
+main.add_command(cluster)
+
+
+# -- make-data -----------------------------------------------------------------------------
+
+
+@main.command("make-data", context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq make-data data/tf --format tfrecord --records 1000000 --files 8
+  feedq make-data data/csv --format csv --layout realistic --compression gzip
+  feedq make-data data/tf --force        # replace the files of an earlier run
+""")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tfrecord", show_default=True,
+              help="File format to write.")
+@click.option("--layout", type=click.Choice(LAYOUTS), default="basic", show_default=True,
+              help="basic: the benchmark records (fixed sizes); realistic (csv, tfrecord): variable-length "
+                   "Examples {ids: 0-20 int64, label: 0-999, tag: bytes, x: 32 floats}, CSV fields of "
+                   "varying widths.")
+@click.option("--records", type=click.IntRange(min=0), default=100_000, show_default=True,
+              help="Records in all, split evenly over the files.")
+@click.option("--files", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Files to write (part-00000.<ext>, ...).")
+@click.option("--compression", type=_MAKE_COMPRESSIONS, default="none", show_default=True,
+              help="Compress each file (parquet: a Parquet codec).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Random seed: the same seed writes the same bytes.")
+@click.option("--force", is_flag=True, help="Replace existing files of the same names.")
+def make_data(out: str, fmt: str, layout: str, records: int, files: int, compression: str, seed: int,
+              force: bool) -> None:
+    """Write a synthetic dataset into the folder OUT.
+
+    basic layouts: csv: 8 floats + int label; tfrecord: Example {x: 32
+    floats, label: int64}; fixed: 132-byte records (32 float32 + int32);
+    parquet: x0..x7 + label; lines: text lines. Files are written whole or
+    not at all: an interrupted run leaves no partial file or new folder.
+    """
+    if layout != "basic" and fmt not in ("csv", "tfrecord"):
+        raise click.UsageError(f"--layout {layout} is for csv and tfrecord, not {fmt}")
+
+    def body() -> None:
+        comp = None if compression.lower() == "none" else compression.upper()
+        if comp and fmt == "parquet":
+            comp = "snappy" if comp == "GZIP" else comp
+        t0 = time.perf_counter()
+        try:
+            paths = make_dataset(out, fmt, records, files=files, compression=comp, seed=seed, layout=layout,
+                                 overwrite=force)
+        except FileExistsError as exc:
+            fail(f"{exc}; pass --force to overwrite")
+        size = sum(os.path.getsize(p) for p in paths)
+        click.echo(f"wrote {records:,} {fmt} records ({layout}) in {len(paths)} files, {size / 1e6:,.1f} MB, "
+                   f"to {out} ({time.perf_counter() - t0:.1f} s)")
+
+    guard(body, reads_data=True)
+
+
+# -- inspect -------------------------------------------------------------------------------
+
+
+@main.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq inspect data/part-00000.tfrecord
+  feedq inspect data/part-00000.csv --head 10 --sample 10000
+  feedq inspect data/part-00000.parquet --json
+""")
+@click.argument("file", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Override detection from the extension / magic bytes.")
+@click.option("--compression", type=_COMPRESSIONS, default=None, help=_COMPRESSION_HELP)
+@click.option("--head", type=click.IntRange(min=0), default=3, show_default=True, help="Records to show.")
+@click.option("--sample", type=click.IntRange(min=1), default=DEFAULT_SAMPLE, show_default=True,
+              help=_SAMPLE_HELP)
+@click.option("--record-bytes", type=click.IntRange(min=1), default=FIXED_RECORD_BYTES, show_default=True,
+              help="Record size of fixed-length files.")
+@click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise", show_default=True,
+              help=_ON_ERROR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def inspect(file: str, fmt: str | None, compression: str | None, head: int, sample: int, record_bytes: int,
+            on_error: str, as_json: bool) -> None:
+    """Count the records of FILE, show its inferred schema and first records.
+
+    Example features show as name, kind and value counts (a range when they
+    vary, and in how many records when some lack them); records show
+    decoded. SequenceExample records show their context features the same way,
+    and their feature lists with kind, steps and values per step.
+    """
+    def body() -> None:
+        from feedq.cli._inspect import inspect_file, render_text
+
+        f, comp = _format_of([file], fmt, compression)
+        _refuse_streams([file], f)
+        report = inspect_file(file, f, comp, record_bytes=record_bytes, sample=sample, head=head,
+                              on_error=cast(OnError, on_error))
+        if as_json:
+            click.echo(json.dumps(report, indent=2))
+        else:
+            for line in render_text(report):
+                click.echo(line)
+
+    guard(body, reads_data=True)
+
+
+# -- bench ---------------------------------------------------------------------------------
+
+
+def _format_of(paths: list[str], fmt: str | None, compression: str | None) -> tuple[str, str | None]:
+    comp_opt = None if compression is None else (None if compression.lower() == "none" else compression.upper())
+    if fmt is not None:
+        if compression is None:
+            if fmt == "fixed":
+                return fmt, None
+            try:  # the compression only: the format was given
+                _, comp_guess = detect_format(paths[0])
+            except ValueError:
+                comp_guess = None
+            return fmt, comp_guess
+        return fmt, comp_opt
+    found = {detect_format(p) for p in paths}
+    if len(found) > 1:
+        raise click.UsageError(f"files of different formats: {sorted(found, key=str)}; pass --format")
+    f, comp = found.pop()
+    return f, comp_opt if compression is not None else comp
+
+
+def _refuse_streams(files: list[str], fmt: str, epochs: int = 1) -> None:
+    """A pipe or device can be read only once: refuse what would read it twice
+    (a schema inferred from its first records, more than one epoch) instead of
+    losing those records or waiting forever for a writer that has gone."""
+    streams = [p for p in files if is_stream(p)]
+    if not streams:
+        return
+    why = None
+    if fmt in ("csv", "tfrecord", "parquet"):
+        why = f"a {fmt} schema is inferred from its first records, which could not be read again after that"
+    elif epochs > 1:
+        why = "--epochs > 1 reads it again"
+    if why is not None:
+        raise click.UsageError(f"{streams[0]} is a pipe or device and can be read only once: {why}; "
+                               f"save it to a file first (--format lines and fixed read a pipe once)")
+
+
+def _print_table(result: Any, title: str) -> None:
+    r = result
+    rows = [
+        ("format", r.format),
+        ("compression", r.compression),
+        ("files", f"{r.files}"),
+        ("records", f"{r.records:,}"),
+        ("batches", f"{r.batches:,}"),
+        ("seconds", f"{r.seconds:.2f}"),
+        ("records/s", f"{r.records_per_s:,.0f}"),
+        ("MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
+        ("CPU seconds (process)",
+         f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
+        ("consumer in take (wait + copy)", f"{100 * r.consumer_wait_fraction:.1f} %"),
+        ("device feeder blocked on the pipeline" if "device" in r.extra else
+         "consumer blocked (waiting)", f"{100 * r.consumer_blocked_fraction:.1f} %"),
+        ("batch queue fill (mean / max)", f"{100 * r.batch_queue_fill_mean:.0f} % / {100 * r.batch_queue_fill_max:.0f} %"),
+        ("filename queue fill (mean)", f"{100 * r.filename_queue_fill_mean:.0f} %"),
+        ("skipped bad records/files", f"{r.skipped_errors:,}"),
+        ("stopped by", r.stopped_by),
+    ]
+    rows += [(k, str(v)) for k, v in r.extra.items()]
+    width = max(len(k) for k, _ in rows)
+    click.echo(title)
+    for k, v in rows:
+        click.echo(f"  {k.ljust(width)}  {v}")
+
+
+def _print_stages(result: Any) -> None:
+    """The per-stage table (``feedq.format_report``) and the verdict, in the
+    bench pipeline's terms (``feedq.cli._bench.verdict_line``)."""
+    from feedq.cli._bench import verdict_line
+    from feedq.pipeline import format_report
+
+    click.echo("")
+    if result.statistics is not None:
+        lines = format_report(result.statistics).splitlines()
+        for line in lines[:-1] if lines[-1].startswith("bottleneck:") else lines:
+            click.echo(f"  {line}" if line else "")
+    click.echo(verdict_line(result))
+
+
+def _progress_printer(enabled: bool) -> Any:
+    """Live figures and queue fill bars on stderr (see ``feedq.cli._progress``), or None."""
+    if not enabled:
+        return None
+    from feedq.cli._progress import LiveProgress
+
+    return LiveProgress()
+
+
+_COMPARE_HELP = (
+    "Also read the same files, in this run, through tf.data (TFRecordDataset / TextLineDataset / "
+    "FixedLengthRecordDataset with --readers parallel reads, .batch, .map of parse_example / "
+    "decode_csv / decode_raw with the inferred schema, .prefetch) and torch DataLoader with 0 "
+    "and 2 workers (an "
+    "IterableDataset reading and decoding each record in Python: protobuf Example parse, typed CSV "
+    "fields, np.frombuffer; a collate_fn stacking the schema's dtypes); the runs alternate. Prints "
+    "records/s, MB/s, CPU seconds and feedq's speed-up over each; a loader that is not installed "
+    "says so. With --shuffle, each shuffles the file order and keeps a shuffle buffer of "
+    "--min-after-dequeue + --batch-size records.")
+
+
+@main.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq bench data/                              # every file in data/
+  feedq bench data/*.csv --batch-size 1024 --readers 4 --records 1000000
+  feedq bench data/ --shuffle --epochs 3 --on-error skip --json
+  feedq bench data/ --compare --repeats 5        # beside tf.data and torch DataLoader
+""")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Override detection from the extension / magic bytes.")
+@click.option("--compression", type=_COMPRESSIONS, default=None, help=_COMPRESSION_HELP)
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Records per batch delivered to the consumer.")
+@click.option("--readers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Reader objects, each with its own thread(s).")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Threads per reader (reads are serialised per reader; decoding runs in parallel).")
+@click.option("--shuffle/--no-shuffle", default=False, show_default=True,
+              help="Shuffle file order and records (shuffle_batch_join).")
+@click.option("--min-after-dequeue", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Records the shuffle queue keeps after each dequeue (with --shuffle).")
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Passes over the files.")
+@click.option("--device", default=None, help="Deliver batches to a device (e.g. cpu, cuda:0).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds.")
+@click.option("--records", "max_records", type=click.IntRange(min=1), default=None,
+              help="Stop after this many records (at the end of the batch that reaches it).")
+@click.option("--record-bytes", type=click.IntRange(min=1), default=FIXED_RECORD_BYTES, show_default=True,
+              help="Record size of fixed-length files.")
+@click.option("--sample", type=click.IntRange(min=1), default=DEFAULT_SAMPLE, show_default=True,
+              help=_SAMPLE_HELP)
+@click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise", show_default=True,
+              help=_ON_ERROR_HELP)
+@click.option("--block-records", type=click.IntRange(min=1), default=None,
+              help="Records per reader block (default: max(batch size, 4096)); blocks are re-sliced into batches.")
+@click.option("--direct", is_flag=True,
+              help="One reader in the main thread, no queues or threads: the reader+decoder limit, "
+                   "as benchmarks/readers.py measures it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--progress/--no-progress", default=None,
+              help="Live figures and queue fill bars on stderr (default: when stderr is a "
+                   "terminal; "
+                   "plain lines every 2 s when it is not).")
+@click.option("--compare", is_flag=True, help=_COMPARE_HELP)
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="With --compare: rounds, each loader once per round; medians are reported.")
+def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
+          threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
+          duration: float | None, max_records: int | None, record_bytes: int, sample: int, on_error: str,
+          block_records: int | None, direct: bool, as_json: bool, progress: bool | None,
+          compare: bool, repeats: int) -> None:
+    """Measure reading PATHS (files or folders) into decoded batches.
+
+    MB/s counts the payload of the records delivered (line, record or row
+    bytes; not file bytes, not compressed bytes).
+    """
+    def body() -> int:
+        from feedq.cli._bench import run_bench
+        from feedq.cli._schema import infer_schema
+
+        files = _expand(list(paths))
+        f, comp = _format_of(files, fmt, compression)
+        _refuse_streams(files, f, epochs)
+        policy = cast(OnError, on_error)
+        schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
+        _check_device(device)
+        if compare and device:
+            raise click.UsageError("--compare delivers batches on the host: drop --device")
+        show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
+        run = functools.partial(run_bench, files, schema, batch_size=batch_size, readers=readers,
+                                threads=threads, shuffle=shuffle,
+                                min_after_dequeue=min_after_dequeue, epochs=epochs,
+                                duration=duration, max_records=max_records, on_error=policy,
+                                device=device, block_records=block_records, direct=direct)
+        rows: list[Any] = []
+        if compare:
+            buffer = min_after_dequeue + batch_size if shuffle else 0
+            result, rows = _compare_runs(run, files, schema, readers=readers,
+                                         batch_size=batch_size, epochs=epochs, duration=duration,
+                                         max_records=max_records, repeats=repeats, show=show,
+                                         shuffle_buffer=buffer)
+        else:
+            result = run(progress=show)
+            if show is not None:
+                show.finish()
+        out = result.as_dict()
+        if compare:
+            out["compare"] = [r.as_dict() for r in rows]
+        if as_json:
+            click.echo(json.dumps(out, indent=2))
+        else:
+            _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
+            _print_stages(result)
+            if compare:
+                from feedq.cli._compare import render, what_they_do
+
+                click.echo("")
+                notes = what_they_do(schema, batch_size, readers,
+                                     min_after_dequeue + batch_size if shuffle else 0)
+                for line in render(rows, repeats, notes):
+                    click.echo(line)
+        return 130 if result.stopped_by == "interrupted" else 0
+
+    guard(body, reads_data=True)
+
+
+def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, readers: int,
+                  batch_size: int, epochs: int, duration: float | None, max_records: int | None,
+                  repeats: int, show: Any, shuffle_buffer: int) -> tuple[Any, list[Any]]:
+    """feedq's run beside tf.data and DataLoader, alternating; feedq's median
+    run (by records/s) and the comparison rows."""
+    from feedq.cli._compare import Limits, Measure, System, compare, competitors, cpu_seconds
+
+    results: list[Any] = []
+
+    def feedq_run(limits: Limits) -> Measure:
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        r = run(duration=limits.duration, max_records=limits.max_records)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        results.append(r)
+        if r.stopped_by == "interrupted":
+            raise KeyboardInterrupt
+        return Measure(r.records, r.payload_bytes, wall, cpu)
+
+    what = f"this pipeline ({readers} reader{'s' if readers != 1 else ''}, batches of {batch_size})"
+    others = competitors(files, schema, batch_size=batch_size, readers=readers,
+                         shuffle_buffer=shuffle_buffer)
+    systems = [System("feedq", what, feedq_run), *others]
+    limits = Limits(batch_size, epochs, duration, max_records, readers, shuffle_buffer)
+    rows, interrupted = compare(systems, limits, repeats,
+                                progress=None if show is None else show.message)
+    # results[0] is the warm-up run: shown only when Ctrl-C came before any other.
+    measured = sorted(results[1:] or results, key=lambda r: r.records_per_s)
+    if not measured:
+        raise KeyboardInterrupt
+    result = measured[len(measured) // 2]
+    if interrupted:
+        result.stopped_by = "interrupted"
+    return result, rows
+
+
+def _expand(paths: list[str]) -> list[str]:
+    files: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(str(x) for x in path.iterdir() if x.is_file() and not x.name.startswith("."))
+            if not found:
+                raise click.UsageError(f"{p}: folder holds no files")
+            files.extend(found)
+        elif path.exists():
+            files.append(p)
+        else:
+            from feedq.errors import NotFoundError
+
+            raise NotFoundError(f"{p}; No such file or directory")
+    return files
+
+
+def _check_device(device: str | None) -> None:
+    if not device or device in ("cpu", "/cpu:0", "host"):
+        return
+    try:
+        import torch
+    except ImportError:
+        raise click.UsageError(f'--device {device} needs torch: pip install "feedq[torch]"') from None
+    if ("cuda" in device.lower() or "gpu" in device.lower()) and not torch.cuda.is_available():
+        raise click.UsageError(f"--device {device}: CUDA is not available on this machine")
+
+
+# -- demo ------------------------------------------------------------------------------------
+
+
+@main.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  feedq demo
+  feedq demo --duration 30 --records 200000 --dir /tmp/feedq-demo
+""")
+@click.option("--dir", "folder", type=click.Path(file_okay=False), default=None,
+              help="Where to write the sample data (default: a temporary folder; files there are replaced).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="Seconds to train.")
+@click.option("--records", type=click.IntRange(min=1000), default=50_000, show_default=True,
+              help="Sample records per format.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Records per training batch.")
+@click.option("--progress/--no-progress", default=None, help="Live progress (default: when stderr is a terminal).")
+def demo(folder: str | None, duration: float, records: int, batch_size: int, progress: bool | None) -> None:
+    """Make sample data (CSV, TFRecord, fixed-length) and train a tiny model on it.
+
+    The pipeline: string_input_producer -> readers -> shuffle_batch -> model
+    (PyTorch when installed, else NumPy), for --duration seconds.
+    """
+    def body() -> int:
+        with tempfile.TemporaryDirectory(prefix="feedq-demo-") as tmp:
+            root = Path(folder) if folder else Path(tmp)
+            return _demo(root, duration, records, batch_size,
+                         sys.stderr.isatty() if progress is None else progress)
+
+    guard(body, reads_data=True)
+
+
+def _demo(root: Path, duration: float, records: int, batch_size: int, progress: bool) -> int:
+    from feedq.cli._bench import run_bench, verdict_line
+    from feedq.cli._schema import infer_schema
+
+    click.echo(f"feedq demo: writing {records:,} sample records per format to {root}")
+    sets = {fmt: make_dataset(root / fmt, fmt, records, files=4, overwrite=True)
+            for fmt in ("csv", "tfrecord", "fixed")}
+    model = _TinyModel()
+    click.echo(f"model: {model.kind} logistic regression on the features; label = class {model.target}")
+    per = duration / len(sets)
+    code = 0
+    for fmt, paths in sets.items():
+        schema = infer_schema(paths, fmt, None, FIXED_RECORD_BYTES)
+        show = _progress_printer(progress)
+        result = run_bench(paths, schema, batch_size=batch_size, readers=2, shuffle=True,
+                           min_after_dequeue=2000, epochs=None, duration=per,
+                           consume=functools.partial(model.step, fmt), progress=show, device="cpu")
+        if show is not None:
+            show.finish()
+        result.extra["model loss (last)"] = f"{model.last_loss:.4f}"
+        result.extra["train steps"] = f"{model.steps_by.get(fmt, 0):,}"
+        _print_table(result, f"\n{fmt}: string_input_producer -> 2 readers -> shuffle_batch({batch_size}) "
+                             "-> device feeder (cpu) -> model")
+        click.echo(verdict_line(result))
+        if result.stopped_by == "interrupted":
+            code = 130
+            break
+    click.echo(f"\ndone: {model.steps:,} training steps; loss went from {model.first_loss:.4f} "
+               f"to {model.last_loss:.4f}")
+    return code
+
+
+class _TinyModel:
+    """Logistic regression on whatever features a format gives: PyTorch when
+    installed (zero-copy torch.from_numpy), NumPy otherwise."""
+
+    def __init__(self) -> None:
+        self.target = 3
+        self.steps = 0
+        self.first_loss = float("nan")
+        self.last_loss = float("nan")
+        self.params: dict[str, Any] = {}
+        self.steps_by: dict[str, int] = {}
+        try:
+            import torch
+
+            self.torch: Any = torch
+            self.kind = "PyTorch"
+            # A tiny model gains nothing from intra-op threads, and their
+            # spinning starves the reader threads on small machines.
+            torch.set_num_threads(1)
+            # Warm up (thread pools, first-call costs) before anything is timed.
+            net = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            net(torch.zeros(2, 4)).sum().backward()
+            opt.step()
+        except ImportError:
+            self.torch = None
+            self.kind = "NumPy"
+
+    @staticmethod
+    def _features(fmt: str, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        if fmt == "csv":
+            *xs, label = batch
+            return np.stack(xs, axis=1).astype(np.float32), np.asarray(label)
+        if fmt == "tfrecord":
+            label, x = batch  # sorted feature names: label, x
+            return x, label
+        rec = batch  # fixed: [n, 132] uint8
+        x = np.ascontiguousarray(rec[:, :128]).view("<f4")
+        label = np.ascontiguousarray(rec[:, 128:132]).view("<i4")[:, 0]
+        return x, label
+
+    def step(self, fmt: str, batch: Any) -> None:
+        x, label = self._features(fmt, batch)
+        y = (label == self.target).astype(np.float32)
+        if self.torch is not None:
+            torch = self.torch
+            if fmt not in self.params:
+                self.params[fmt] = torch.nn.Linear(x.shape[1], 1)
+                self.params[fmt + "/opt"] = torch.optim.SGD(self.params[fmt].parameters(), lr=0.5)
+            net, opt = self.params[fmt], self.params[fmt + "/opt"]
+            logits = net(torch.from_numpy(x)).squeeze(1)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(y))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            value = float(loss.detach())
+        else:
+            w = self.params.setdefault(fmt, np.zeros(x.shape[1] + 1, np.float32))
+            z = x @ w[:-1] + w[-1]
+            p = 1 / (1 + np.exp(-z))
+            value = float(-np.mean(y * np.log(p + 1e-7) + (1 - y) * np.log(1 - p + 1e-7)))
+            g = p - y
+            w[:-1] -= 0.5 * (x.T @ g) / len(y)
+            w[-1] -= 0.5 * g.mean()
+        if self.steps == 0:
+            self.first_loss = value
+        self.last_loss = value
+        self.steps += 1
+        self.steps_by[fmt] = self.steps_by.get(fmt, 0) + 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

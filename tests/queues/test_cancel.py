@@ -1,0 +1,435 @@
+"""Cancelling one call (CancelToken, STYLE 16), interrupted calls (Ctrl-C)
+and put_back: every way a blocking call gives up withdraws its attempt, so
+each element is dequeued exactly once or is still queued (T2, T3, Q15, Q27).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import feedq
+from feedq.errors import CancelledError, DeadlineExceededError, OutOfRangeError
+from feedq.queues import (
+    CancelToken,
+    ConditionalAccumulator,
+    FIFOQueue,
+    PaddingFIFOQueue,
+    PriorityQueue,
+    RandomShuffleQueue,
+)
+from tests.conftest import Bg, wait_blocked, wait_until
+
+pytestmark = pytest.mark.timeout(30)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _raise_in(thread: threading.Thread, exc: type[BaseException] = KeyboardInterrupt) -> None:
+    """Raise ``exc`` asynchronously in ``thread`` (as Ctrl-C would in the main thread)."""
+    assert thread.ident is not None
+    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc))
+    assert n == 1
+
+
+# -- the token itself ---------------------------------------------------------------
+
+
+def test_token_fire_is_idempotent_and_the_first_cause_wins() -> None:
+    token = CancelToken()
+    assert (token.fired, token.cause) == (False, None)
+    first, second = RuntimeError("first"), RuntimeError("second")
+    token.fire(first)
+    token.fire(second)
+    token.fire()
+    assert token.fired and token.cause is first and token.error() is first
+    with pytest.raises(TypeError, match="exception instance"):
+        CancelToken().fire("stop")  # type: ignore[arg-type]
+    plain = CancelToken()
+    plain.fire()
+    assert isinstance(plain.error(), CancelledError) and plain.error() is not plain.error()
+    with pytest.raises(CancelledError):
+        plain.raise_if_fired()
+
+
+def test_token_on_fire_runs_once_and_can_be_removed() -> None:
+    token = CancelToken()
+    calls: list[str] = []
+    token.on_fire(lambda: calls.append("a"))
+    remove = token.on_fire(lambda: calls.append("b"))
+    remove()
+    token.fire()
+    token.fire()
+    token.on_fire(lambda: calls.append("late"))  # already fired: runs at once
+    assert calls == ["a", "late"]
+
+
+def test_cancel_token_is_exported() -> None:
+    assert feedq.CancelToken is CancelToken
+    assert CancelToken.__module__ == "feedq.queues"
+
+
+# -- cancelling one call ----------------------------------------------------------------
+
+
+def test_token_wakes_only_the_call_waiting_with_it() -> None:
+    q = FIFOQueue(5, np.int64, shapes=[[]])
+    token = CancelToken()
+    mine = Bg(q.dequeue, cancel=token, name="feedq-test-mine")
+    wait_blocked(q, consumers=1)
+    other = Bg(q.dequeue, name="feedq-test-other")
+    wait_blocked(q, consumers=2)
+    token.fire()
+    assert isinstance(mine.exception(), CancelledError)
+    wait_blocked(q, consumers=1)  # the other call still waits, first in line now
+    assert not q.is_closed()
+    q.enqueue(7)
+    assert other.result() == 7
+    assert q.statistics().dequeued == 1
+
+
+def test_token_dequeue_many_puts_collected_back_in_order() -> None:
+    q = FIFOQueue(10, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(2))
+    token = CancelToken()
+    cause = RuntimeError("consumer went away")
+    first = Bg(q.dequeue_many, 5, cancel=token, name="feedq-test-first")
+    wait_blocked(q, consumers=1)
+    assert q.size() == 0  # both held by the pending call (Q12)
+    behind = Bg(q.dequeue_many, 3, name="feedq-test-behind")
+    wait_blocked(q, consumers=2)
+    token.fire(cause)
+    assert first.exception() is cause
+    wait_blocked(q, consumers=1)
+    q.enqueue(2)
+    np.testing.assert_array_equal(behind.result(), [0, 1, 2])  # front, in order
+    s = q.statistics()
+    assert (s.size, s.enqueued, s.dequeued) == (0, 3, 3)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "shuffle", "padding", "priority"])
+def test_token_dequeue_up_to_of_every_kind_gives_everything_back(kind: str) -> None:
+    if kind == "priority":
+        q: Any = PriorityQueue(10, [np.int64], shapes=[[]])
+        q.enqueue_many([np.arange(3), np.arange(3) * 10])
+    else:
+        if kind == "fifo":
+            q = FIFOQueue(10, np.int64, shapes=[[]])
+        elif kind == "shuffle":
+            q = RandomShuffleQueue(10, 0, np.int64, shapes=[[]], seed=1)
+        else:
+            q = PaddingFIFOQueue(10, np.int64, shapes=[[None]])
+        q.enqueue_many(np.arange(3).reshape(3, 1) if kind == "padding" else np.arange(3))
+    token = CancelToken()
+    bg = Bg(q.dequeue_up_to, 5, cancel=token, name="feedq-test-upto")
+    wait_blocked(q, consumers=1)
+    token.fire()
+    assert isinstance(bg.exception(), CancelledError)
+    assert q.size() == 3 and q.statistics().dequeued == 0
+    q.close()
+    got = q.dequeue_up_to(5)
+    values = got[0] if kind == "priority" else got
+    assert sorted(np.asarray(values).ravel().tolist()) == [0, 1, 2]
+
+
+def test_token_enqueue_many_stops_and_reports_num_enqueued() -> None:
+    q = FIFOQueue(2, np.int64, shapes=[[]])
+    token = CancelToken()
+    prod = Bg(q.enqueue_many, np.arange(5), cancel=token, name="feedq-test-prod")
+    wait_blocked(q, producers=1)
+    token.fire()
+    err = prod.exception()
+    assert isinstance(err, CancelledError) and err.num_enqueued == 2  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(q.dequeue_many(2), [0, 1])
+    # Nothing more arrives: the attempt left the line.
+    assert q.size() == 0 and q.statistics().enqueued == 2
+    assert q.statistics().waiting_producers == 0
+    q.enqueue_many(np.arange(10, 12))  # the queue carries on
+    np.testing.assert_array_equal(q.dequeue_many(2), [10, 11])
+
+
+def test_already_fired_token_raises_without_touching_the_queue() -> None:
+    q = FIFOQueue(3, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(2))
+    before = q.statistics()
+    cause = RuntimeError("stopped")
+    token = CancelToken()
+    token.fire(cause)
+    for call in (
+        lambda: q.dequeue(cancel=token),
+        lambda: q.dequeue_many(1, cancel=token),
+        lambda: q.dequeue_up_to(1, cancel=token),
+        lambda: q.dequeue_available(1, cancel=token),
+        lambda: q.enqueue(5, cancel=token),
+    ):
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert info.value is cause
+    with pytest.raises(RuntimeError) as info:
+        q.enqueue_many(np.arange(1), cancel=token)
+    assert info.value.num_enqueued == 0  # type: ignore[attr-defined]
+    assert q.statistics() == before
+
+
+def test_token_fired_after_the_call_completed_changes_nothing() -> None:
+    q = FIFOQueue(3, np.int64, shapes=[[]])
+    token = CancelToken()
+    bg = Bg(q.dequeue, cancel=token, name="feedq-test-done")
+    wait_blocked(q, consumers=1)
+    q.enqueue(4)
+    assert bg.result() == 4
+    token.fire()
+    assert q.statistics().dequeued == 1 and q.size() == 0
+
+
+def test_token_fired_from_a_signal_handler_in_the_waiting_thread() -> None:
+    """fire() takes no queue lock, so a handler may run it in the very thread
+    that waits (here the main thread, blocked in dequeue_many)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers run in the main thread")
+    q = FIFOQueue(5, np.int64, shapes=[[]])
+    q.enqueue(1)
+    token = CancelToken()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: token.fire())
+    main = threading.get_ident()
+
+    def send() -> None:
+        wait_blocked(q, consumers=1)
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    sender = threading.Thread(target=send, name="feedq-test-signal")
+    sender.start()
+    try:
+        with pytest.raises(CancelledError):
+            q.dequeue_many(3, cancel=token)
+    finally:
+        sender.join(10)
+        signal.signal(signal.SIGUSR1, previous)
+    assert q.size() == 1 and q.dequeue() == 1
+
+
+def test_token_cancels_take_grad_and_leaves_the_accumulator_untouched() -> None:
+    acc = ConditionalAccumulator(np.float32, [1])
+    acc.apply_grad([1.0])
+    token = CancelToken()
+    mine = Bg(acc.take_grad, 2, cancel=token, name="feedq-test-take")
+    other = Bg(acc.take_grad, 2, timeout=10, name="feedq-test-take2")
+    wait_until(lambda: acc.statistics().waiting_takers == 2, what="two takers")
+    token.fire()
+    assert isinstance(mine.exception(), CancelledError)
+    wait_until(lambda: acc.statistics().waiting_takers == 1, what="one taker")
+    assert acc.num_accumulated() == 1 and acc.global_step() == 0
+    acc.apply_grad([3.0])
+    np.testing.assert_allclose(other.result(), [2.0])
+    fired = CancelToken()
+    fired.fire()
+    with pytest.raises(CancelledError):
+        acc.take_grad(1, cancel=fired)
+
+
+def test_timeout_and_queue_cancel_still_withdraw() -> None:
+    q = FIFOQueue(5, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(2))
+    with pytest.raises(DeadlineExceededError, match="the 2 collected were put back"):
+        q.dequeue_many(3, timeout=0.05, cancel=CancelToken())
+    token = CancelToken()
+    bg = Bg(q.dequeue_many, 3, cancel=token, name="feedq-test-qcancel")
+    wait_blocked(q, consumers=1)
+    q.cancel()
+    assert isinstance(bg.exception(), CancelledError)
+    np.testing.assert_array_equal(q.dequeue_many(2), [0, 1])
+
+
+# -- asynchronous exceptions (Ctrl-C) inside a blocking call ------------------------
+
+
+def test_interrupted_dequeue_many_loses_nothing() -> None:
+    q = FIFOQueue(10, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(2))
+    bg = Bg(q.dequeue_many, 5, name="feedq-test-intr-many")
+    wait_blocked(q, consumers=1)
+    _raise_in(bg.thread)
+    q.enqueue_many(np.arange(2, 5))  # completes (and wakes) the interrupted call
+    assert isinstance(bg.exception(), KeyboardInterrupt)
+    s = q.statistics()
+    assert (s.size, s.waiting_consumers, s.dequeued) == (5, 0, 0)
+    np.testing.assert_array_equal(q.dequeue_many(5, timeout=0), np.arange(5))
+
+
+def test_interrupted_dequeue_does_not_swallow_the_next_element() -> None:
+    q = FIFOQueue(10, np.int64, shapes=[[]])
+    bg = Bg(q.dequeue, name="feedq-test-intr-one")
+    wait_blocked(q, consumers=1)
+    _raise_in(bg.thread)
+    q.enqueue(42)
+    assert isinstance(bg.exception(), KeyboardInterrupt)
+    assert q.dequeue(timeout=0) == 42
+
+
+def test_interrupted_enqueue_many_stops_inserting() -> None:
+    q = FIFOQueue(2, np.int64, shapes=[[]])
+    # The timeout only wakes the blocked thread so that it sees the exception.
+    bg = Bg(q.enqueue_many, np.arange(5), timeout=3.0, name="feedq-test-intr-enq")
+    wait_blocked(q, producers=1)
+    _raise_in(bg.thread)
+    err = bg.exception(timeout=10)
+    assert isinstance(err, KeyboardInterrupt)
+    assert err.num_enqueued == 2  # type: ignore[attr-defined]
+    assert q.statistics().waiting_producers == 0
+    np.testing.assert_array_equal(q.dequeue_many(2), [0, 1])
+    assert q.size() == 0 and q.statistics().enqueued == 2
+
+
+def test_interrupted_take_grad_leaves_no_waiter() -> None:
+    acc = ConditionalAccumulator(np.float32, [1])
+    bg = Bg(acc.take_grad, 1, name="feedq-test-intr-take")
+    wait_until(lambda: acc.statistics().waiting_takers == 1, what="a taker")
+    _raise_in(bg.thread)
+    acc.apply_grad([2.0])  # wakes it
+    assert isinstance(bg.exception(), KeyboardInterrupt)
+    assert acc.statistics().waiting_takers == 0
+    assert acc.num_accumulated() == 1 and acc.global_step() == 0
+
+
+_SIGINT_SCRIPT = textwrap.dedent(
+    """
+    import signal, threading, time
+    import numpy as np
+    import feedq
+
+    main = threading.get_ident()
+
+    def interrupt_when(q, producers, consumers):
+        def run():
+            while True:
+                s = q.statistics()
+                if (s.waiting_producers, s.waiting_consumers) == (producers, consumers):
+                    break
+                time.sleep(0.001)
+            signal.pthread_kill(main, signal.SIGINT)
+        t = threading.Thread(target=run, name="feedq-test-sigint")
+        t.start()
+        return t
+
+    q = feedq.FIFOQueue(10, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(2))
+    t = interrupt_when(q, 0, 1)
+    try:
+        q.dequeue_many(5)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        pass
+    t.join()
+    q.enqueue_many(np.arange(2, 5))
+    print("many", q.dequeue_many(5, timeout=0).tolist(), q.statistics().waiting_consumers)
+
+    q = feedq.FIFOQueue(2, np.int64, shapes=[[]])
+    t = interrupt_when(q, 1, 0)
+    try:
+        q.enqueue_many(np.arange(5))
+        print("not interrupted")
+    except KeyboardInterrupt as exc:
+        print("enqueued", exc.num_enqueued)
+    t.join()
+    print("queue", q.dequeue_many(2, timeout=0).tolist(), q.size(), q.statistics().enqueued)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigint_in_blocking_calls_of_a_real_process() -> None:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGINT_SCRIPT],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n") == [
+        "many [0, 1, 2, 3, 4] 0",
+        "enqueued 2",
+        "queue [0, 1] 0 2",
+        "",
+    ]
+
+
+# -- put_back ---------------------------------------------------------------------------
+
+
+def test_put_back_returns_rows_to_the_front_in_order() -> None:
+    q = FIFOQueue(10, [np.int64, np.float32], shapes=[[], [2]])
+    q.enqueue_many([np.arange(4), np.arange(8, dtype=np.float32).reshape(4, 2)])
+    taken = q.dequeue_many(2)
+    q.put_back(taken)
+    assert q.statistics().dequeued == 0
+    ids, rows = q.dequeue_many(4)
+    np.testing.assert_array_equal(ids, [0, 1, 2, 3])
+    np.testing.assert_array_equal(rows[1], [2, 3])
+    q.enqueue_many([np.arange(2), np.zeros((2, 2), np.float32)])
+    one = q.dequeue()
+    q.put_back(one, many=False)
+    assert q.dequeue()[0] == 0
+
+
+def test_put_back_bypasses_capacity_and_close_and_wakes_consumers() -> None:
+    q = FIFOQueue(2, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(2))
+    q.put_back(np.array([9]))
+    assert q.size() == 3 and q.statistics().peak_size == 3
+    with pytest.raises(DeadlineExceededError):
+        q.enqueue(5, timeout=0)
+    np.testing.assert_array_equal(q.dequeue_many(3), [9, 0, 1])
+    waiting = Bg(q.dequeue, name="feedq-test-woken")
+    wait_blocked(q, consumers=1)
+    q.put_back(np.array([7]))
+    assert waiting.result() == 7
+    q.close()
+    q.put_back(np.array([1, 2]))
+    np.testing.assert_array_equal(q.dequeue_up_to(5), [1, 2])
+    with pytest.raises(OutOfRangeError):
+        q.dequeue()
+
+
+def test_put_back_keeps_ragged_elements_exact() -> None:
+    q = PaddingFIFOQueue(5, np.int32, shapes=[[None]])
+    q.enqueue(np.array([1], np.int32))
+    q.enqueue(np.array([1, 2, 3], np.int32))
+    padded = q.dequeue_many(2)
+    assert padded.shape == (2, 3)
+    # One component: the list of per-element values is that component's value.
+    q.put_back([[np.array([1], np.int32), np.array([1, 2, 3], np.int32)]])
+    np.testing.assert_array_equal(q.dequeue(), [1])
+    np.testing.assert_array_equal(q.dequeue(), [1, 2, 3])
+    rows = np.empty(2, dtype=object)
+    rows[0], rows[1] = np.array([4, 5], np.int32), np.array([6], np.int32)
+    q.put_back(rows)  # an object array of elements works bare
+    assert [q.dequeue().tolist() for _ in range(2)] == [[4, 5], [6]]
+    q.put_back(padded)  # a padded batch is stored padded (documented)
+    assert q.dequeue().tolist() == [1, 0, 0]
+
+
+def test_put_back_priority_comes_before_equal_priorities() -> None:
+    q = PriorityQueue(5, [object], shapes=[[]])
+    q.enqueue([1, b"a"])
+    q.enqueue([1, b"b"])
+    first = q.dequeue()
+    assert first[1] == b"a"
+    q.put_back(first, many=False)
+    assert [q.dequeue()[1] for _ in range(2)] == [b"a", b"b"]
+
+
+def test_put_back_shuffle_rejoins_the_pool() -> None:
+    q = RandomShuffleQueue(10, 0, np.int64, shapes=[[]], seed=3)
+    q.enqueue_many(np.arange(4))
+    taken = q.dequeue_many(2)
+    q.put_back(taken)
+    q.close()
+    assert sorted(q.dequeue_up_to(10).tolist()) == [0, 1, 2, 3]
