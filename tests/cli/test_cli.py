@@ -442,7 +442,7 @@ def test_cluster_errors_follow_the_feedq_style(front: list[str]) -> None:
 def test_readme_cli_table_lists_every_command() -> None:
     from feedq.cli import main
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## The `feedq` command") :]
     section = section[: section.index("\n## ", 1)]
     rows = re.findall(r"^\| `feedq ([a-z-]+)", section, re.MULTILINE)

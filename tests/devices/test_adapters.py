@@ -18,7 +18,7 @@ from feedq.errors import FailedPreconditionError
 
 pytestmark = pytest.mark.timeout(15)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Every example that imports torch must say how to get it when it is missing.
 TORCH_EXAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.py")
                         if "import torch" in p.read_text())

@@ -50,7 +50,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning:google.*"),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples" / "distributed").glob("*.py")
                   if not p.name.startswith("_"))
 

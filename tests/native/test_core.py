@@ -14,7 +14,7 @@ import pytest
 
 import feedq._native as nat
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOT_BUILT = (
     f"feedq._native._core is not built ({nat.NATIVE_IMPORT_ERROR}); "
     "build it with: python setup.py build_ext --inplace"

@@ -22,7 +22,7 @@ from feedq.process._shm import Segment, segment_name
 from tests.process import _builds as builds
 from tests.process._support import no_process_leaks, own_segments, wait_dead  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -31,7 +31,7 @@ from tests.conftest import Bg, wait_blocked, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _raise_in(thread: threading.Thread, exc: type[BaseException] = KeyboardInterrupt) -> None:

@@ -39,7 +39,7 @@ except ImportError:  # the zstd extra is not installed: only the error test runs
 pytestmark = pytest.mark.timeout(60)
 needs_zstd = pytest.mark.skipif(zstandard is None, reason='needs the "zstd" extra')
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def closed_queue(*names: str | Path) -> FIFOQueue:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 if __name__ == "__main__":  # run from the repo root as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import feedq
 from feedq.readers import (

@@ -310,7 +310,7 @@ def test_restore_in_a_new_process_after_sigkill(tmp_path: Path, csv_folder: str)
             os.replace({str(out)!r} + ".tmp", {str(out)!r})
             time.sleep(60)  # killed here, workers and segments alive
     """)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *sys.path]))
     proc = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
