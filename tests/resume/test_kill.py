@@ -73,7 +73,7 @@ def _saved(out: Path) -> list[dict[str, Any]]:
 def test_sigkill_and_resume(tmp_path: Path, fmt: str) -> None:
     data = rs.write_data(tmp_path / "data", fmt, seed=rs.FORMATS.index(fmt))
     trials = _trials(data["total"], seed=rs.FORMATS.index(fmt))
-    env = {**os.environ, "PYTHONPATH": str(SUPPORT.parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT.parents[2])}
     procs = []
     for i, trial in enumerate(trials):
         out = tmp_path / f"trial{i}"
