@@ -36,6 +36,7 @@ from feedq.readers import (
 pytestmark = pytest.mark.timeout(30)
 
 READERS_DIR = Path(feedq.readers.__file__).parent
+FEEDQ_DIR = READERS_DIR.parent
 
 
 def closed_queue(*names: str | Path) -> FIFOQueue:
@@ -180,10 +181,12 @@ def _feedq_imports(path: Path) -> list[str]:
                 mod = f"{base}.{node.module}" if node.module else base
             else:
                 mod = node.module or ""
-            if mod == "feedq":  # `from feedq import _scope`
-                names += [f"feedq.{a.name}" for a in node.names]
-            else:
-                names.append(mod)
+            # `from feedq._core import scope` imports the module feedq._core.scope
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                is_module = any((FEEDQ_DIR.parent / sub.replace(".", "/")).with_suffix(ext).exists()
+                                for ext in (".py", ""))
+                names.append(sub if is_module else mod)
         elif isinstance(node, ast.Import):
             names += [a.name for a in node.names]
     return [n for n in names if n == "feedq" or n.startswith("feedq.")]
