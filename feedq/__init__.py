@@ -1,9 +1,9 @@
 """feedq: TF1-style input pipelines for eager Python, NumPy and PyTorch.
 
-Layering (docs/design.md): errors <- queues <- readers / coordinator <- runners
-<- pipeline <- input <- devices <- process <- distributed <- cli. This module re-exports
-the public surface; optional parts (torch, cupy, ray, tensorflow) load on
-first use.
+One package per idea, each importing only those below it; the order is the
+import-linter contract in ``pyproject.toml`` (checked in CI, explained in
+docs/design.md, "Layers"). This module re-exports the public surface; optional
+parts (torch, cupy, ray, tensorflow) load on first use.
 """
 
 from __future__ import annotations
