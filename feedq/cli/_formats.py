@@ -10,7 +10,8 @@ import stat
 import struct
 from pathlib import Path
 
-from feedq.readers import masked_crc32c, zstd_module
+from feedq._core.extras import zstd_module
+from feedq.readers import masked_crc32c
 
 __all__ = ["FORMATS", "detect_format", "is_stream"]
 

@@ -69,7 +69,6 @@ from feedq.readers._example_spec import (
     VarLenFeature,
 )
 from feedq.readers._fixed import FixedLengthRecordReader
-from feedq.readers._inflate import zstd_module as zstd_module
 from feedq.readers._parquet import ColumnBlock, ParquetReader
 from feedq.readers._raw import decode_raw
 from feedq.readers._sequence_example import parse_sequence_example, parse_single_sequence_example
@@ -119,9 +118,7 @@ __all__ = [
 # Not in __all__ on purpose: masked_crc32c (TFRecord's checksum) is exported
 # for feedq's own packages (feedq.cli.datasets writes TFRecord files) so they
 # need not reach into feedq.readers._crc; it is not part of the documented
-# API, and `from feedq.readers import *` leaves it out. zstd_module (the
-# zstandard package, or MissingExtraError naming the extra) is exported the
-# same way, for feedq.cli._formats, which reads a .zst file's first bytes.
+# API, and `from feedq.readers import *` leaves it out.
 
 # Show the public path in reprs and docs (feedq.readers.TextLineReader, not
 # feedq.readers._text.TextLineReader).
