@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -39,6 +38,7 @@ from typing import Any, Self
 
 from feedq._core.scope import closing_scope
 from feedq._observe import stall as _stall
+from feedq._observe.clock import MONOTONIC, Clock
 from feedq._observe.prometheus import prometheus_collector
 from feedq._observe.statistics import (
     Bottleneck,
@@ -177,8 +177,10 @@ class Pipeline:
         state: dict[str, Any] | None = None,
         stall_timeout: float | None = None,
         report_every: float | None = None,
+        _clock: Clock = MONOTONIC,
     ) -> None:
         self.coord = coord if coord is not None else Coordinator()
+        self._clock = _clock  # of the statistics and the monitor (tests pass their own)
         self.resumable = bool(resumable) or state is not None
         # Resumption (feedq.input): the state to restore, the producer and
         # the batcher's resume object (opaque here: input is above us).
@@ -194,7 +196,7 @@ class Pipeline:
         # ``output``), for the statistics.
         self._stages: list[Any] = []  # guarded by self._lock
         self._output: Any = None
-        self._started_at: float | None = None  # time.monotonic() at start()
+        self._started_at: float | None = None  # self._clock.now() at start()
         self._monitor: _stall.Monitor | None = None  # guarded by self._lock
         self._lock = threading.Lock()
         self._runners: list[QueueRunner] = []  # guarded by self._lock
@@ -294,10 +296,11 @@ class Pipeline:
             if self._running:
                 return self
             self._running = True
-            self._started_at = time.monotonic()
+            self._started_at = self._clock.now()
             runners = list(self._runners)
             if self._monitor is None and (self.stall_timeout or self.report_every):
-                self._monitor = _stall.Monitor(self, self.stall_timeout, self.report_every)
+                self._monitor = _stall.Monitor(self, self.stall_timeout, self.report_every,
+                                               clock=self._clock)
                 self._monitor.start()
         for r in runners:
             self._start_runner(r)
@@ -369,11 +372,11 @@ class Pipeline:
         """Per-stage timing, queue fill, the consumer's data readiness and
         the bottleneck verdict, as one frozen snapshot (see
         :class:`PipelineStatistics`; ``.as_dict()`` for logging)."""
-        started = self._started_at
-        elapsed = 0.0 if started is None else time.monotonic() - started
+        started, now = self._started_at, self._clock.now()
+        elapsed = 0.0 if started is None else now - started
         parts = self._timed_parts()
         return collect(elapsed, parts.runners, parts.queues, parts.output_queue, parts.process,
-                       batch_sizes=parts.batch_sizes, shuffles=parts.shuffles)
+                       batch_sizes=parts.batch_sizes, shuffles=parts.shuffles, now=now)
 
     def report(self) -> str:
         """:meth:`statistics` as a table, ending with the bottleneck verdict."""

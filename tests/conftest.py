@@ -17,7 +17,9 @@ Tests in :data:`SLOW_MODULES` get the ``slow`` mark.
 Helpers: :func:`wait_until` and :func:`wait_blocked` (wait for a state that
 ``statistics()`` reports, failing at the deadline instead of giving up
 quietly), :func:`join_or_fail`, :class:`Bg` (a call in a background thread),
-:func:`closed_queue` (a closed queue holding given items, e.g. file names).
+:func:`closed_queue` (a closed queue holding given items, e.g. file names),
+:class:`FakeClock` (a clock for feedq's observers that moves only when a test
+advances it).
 """
 
 from __future__ import annotations
@@ -203,3 +205,47 @@ class Bg:
             pytest.fail(f"background call {self.thread.name} did not finish in {timeout:g} s")
         join_or_fail(self.thread, timeout)
         return self.error
+
+
+class FakeClock:
+    """A ``feedq._observe.clock.Clock`` that moves only when a test moves it.
+
+    ``now()`` starts at ``time.monotonic()`` and changes only by
+    :meth:`advance` and :meth:`sync`. The queues time their waits with
+    ``time.monotonic``: call :meth:`sync` once the calls to observe are
+    blocked, so that ``now() - since`` is then at least the seconds
+    advanced. ``wait(event, timeout)`` returns when the clock has been
+    advanced past ``timeout`` or ``event`` is set (looked at every 10 ms: a
+    stop, not a measurement); ``waiting`` counts the threads in ``wait``.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._now = time.monotonic()  # guarded by self._cond
+        self.waiting = 0  # guarded by self._cond
+
+    def now(self) -> float:
+        with self._cond:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._cond:
+            self._now += seconds
+            self._cond.notify_all()
+
+    def sync(self) -> None:
+        """Catch up with the real clock (never back)."""
+        with self._cond:
+            self._now = max(self._now, time.monotonic())
+            self._cond.notify_all()
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        with self._cond:
+            deadline = self._now + timeout
+            self.waiting += 1
+            try:
+                while not event.is_set() and self._now < deadline:
+                    self._cond.wait(0.01)
+            finally:
+                self.waiting -= 1
+            return event.is_set()

@@ -21,7 +21,7 @@ import pytest
 
 import feedq
 from feedq.coordinator import Coordinator
-from feedq.errors import CancelledError, FeedqError, OutOfRangeError
+from feedq.errors import CancelledError, FailedPreconditionError, FeedqError, OutOfRangeError
 from feedq.queues import FIFOQueue
 from feedq.runners import (
     QUEUE_RUNNERS,
@@ -664,3 +664,27 @@ def test_add_queue_runner_inside_a_pipeline_goes_to_the_pipeline() -> None:
     add_queue_runner(runner)  # outside any pipeline: the collection, as before
     assert get_queue_runners() == [runner]
     clear_queue_runners()
+
+
+# -- X1: never-started runners ---------------------------------------------------------
+
+
+def test_x1_never_started_runner_is_an_error_naming_it() -> None:
+    s = feedq.range_input_producer(3, num_epochs=1, name="forgotten")
+    b = feedq.batch(s, 2)
+    with pytest.raises(FailedPreconditionError, match=r"never started: 'batch/fifo_queue', 'forgotten'"):
+        b.dequeue(timeout=5)
+    with pytest.raises(FailedPreconditionError, match=r"never started: 'forgotten'"):
+        s.dequeue(timeout=5)
+
+
+def test_x1_start_queue_runners_makes_it_work() -> None:
+    s = feedq.range_input_producer(5, num_epochs=1, shuffle=False)
+    b = feedq.batch(s, 2, allow_smaller_final_batch=True)
+    coord = feedq.Coordinator()
+    threads = feedq.start_queue_runners(coord)
+    try:
+        assert [x.tolist() for x in b] == [[0, 1], [2, 3], [4]]
+    finally:
+        coord.request_stop()
+        coord.join(threads)

@@ -1,6 +1,8 @@
 """Per-thread time accounts: where a pipeline thread spends its time.
 
-A runner thread (``feedq.runners``) opens an :class:`Account` for itself;
+A runner thread (``feedq.runners``) opens an :class:`Account` for itself, and
+a pipeline's stall monitor opens one for the thread that starts the pipeline
+(the user's: its blocked calls are reported too, ``feedq._observe.stall``);
 the queue engine (``feedq.queues``) adds to the account of the calling
 thread each time a call had to wait, and how long: a wait in an enqueue is
 *output* wait (the queue was full), a wait in a dequeue is *input* wait (the
@@ -58,11 +60,13 @@ class Account:
         input_s, output_s: finished waits in dequeues / enqueues.
         wait_since: start of the wait in progress, or ``None``.
         wait_output: whether the wait in progress is an enqueue's.
+        wait_queue: the queue of the wait in progress, or ``None`` (the
+            stall monitor names it for a thread that is not a runner's).
     """
 
     __slots__ = (
         "ident", "input_s", "name", "op_s", "op_since", "output_s", "wait_output",
-        "wait_since",
+        "wait_queue", "wait_since",
     )
 
     def __init__(self, ident: int, name: str) -> None:
@@ -74,11 +78,14 @@ class Account:
         self.output_s = 0.0
         self.wait_since: float | None = None
         self.wait_output = False
+        self.wait_queue: object | None = None
 
-    def begin_wait(self, output: bool, since: float) -> None:
+    def begin_wait(self, output: bool, since: float, queue: object | None = None) -> None:
         """A queue call of this thread starts waiting at ``since``
-        (``time.monotonic()``); ``output``: it is an enqueue."""
+        (``time.monotonic()``); ``output``: it is an enqueue; ``queue``: the
+        queue it waits on."""
         self.wait_output = output
+        self.wait_queue = queue
         self.wait_since = since
 
     def end_wait(self, waited: float) -> None:
@@ -88,6 +95,7 @@ class Account:
         else:
             self.input_s += waited
         self.wait_since = None
+        self.wait_queue = None
 
     def snapshot(self, now: float) -> tuple[float, float, float]:
         """``(op seconds, input wait, output wait)``, counting the op and the

@@ -15,7 +15,10 @@ sleep) and
   from a worker): which queues and threads are blocked, what each waits for
   (an enqueue on a full queue, a dequeue on an empty one and who feeds it, a
   runner that was never started, a process worker by index and pid), and the
-  Python stacks of the blocked threads. A stall that goes on is reported
+  Python stacks of the blocked threads. The thread that started the
+  pipeline (the user's loop in ``with pipe:``) is watched on any queue, its
+  own included: a user's enqueue on a full queue, or dequeue on a queue
+  nothing feeds, is reported too. A stall that goes on is reported
   again at most once per ``max(stall_timeout, 60 s)``; once anything moves,
   a new stall is reported afresh.
 """
@@ -30,6 +33,9 @@ import threading
 import time
 import traceback
 from typing import Any
+
+from feedq._core.accounts import Account, close_account, current_account, open_account
+from feedq._observe.clock import MONOTONIC, Clock
 
 __all__ = ["Monitor", "get_stall_timeout", "set_stall_timeout"]
 
@@ -90,12 +96,26 @@ class Monitor:
             ``report`` and ``runners``).
         stall_timeout: seconds, or ``None`` for no stall reports.
         report_every: seconds, or ``None`` for no periodic report.
+        clock: where the monitor reads the time and waits out its ticks
+            (``feedq._observe.clock``; tests pass one they advance).
+
+    The thread that creates the monitor (the one that starts the pipeline:
+    the user's, entering ``with pipe:``) is watched too: its blocked queue
+    calls are reported like a runner's, whatever queue they wait on (the
+    user's own queue that nothing feeds, say). It is given a time account
+    (``feedq._core.accounts``) if it has none, through which the queues say
+    which queue it waits on.
     """
 
-    def __init__(self, pipe: Any, stall_timeout: float | None, report_every: float | None) -> None:
+    def __init__(self, pipe: Any, stall_timeout: float | None, report_every: float | None,
+                 *, clock: Clock = MONOTONIC) -> None:
         self._pipe = pipe
         self.stall_timeout = stall_timeout
         self.report_every = report_every
+        self._clock = clock
+        acc = current_account()
+        self._opened_account = acc is None
+        self._watched: Account = open_account() if acc is None else acc
         periods = [p for p in (None if stall_timeout is None else stall_timeout / 4, report_every)
                    if p is not None]
         self._tick = max(0.01, min([*periods, 1.0]))
@@ -103,9 +123,10 @@ class Monitor:
         self._thread = threading.Thread(
             target=self._run, name=f"feedq-monitor-{next(_ids)}", daemon=True)
         self._progress: tuple[int, ...] | None = None
-        self._progress_at = time.monotonic()
+        self._progress_at = clock.now()
         self._warned_at: float | None = None  # the last warning of this stall episode
         self.warnings = 0  # stall warnings logged (for tests and the curious)
+        self.ticks = 0  # wake-ups handled (a test that advances the clock waits on this)
 
     def start(self) -> None:
         self._thread.start()
@@ -115,13 +136,17 @@ class Monitor:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        if self._opened_account and self._watched.ident == threading.get_ident() \
+                and current_account() is self._watched:
+            close_account()  # the account this monitor gave its thread
 
     def _run(self) -> None:
-        next_report = None if self.report_every is None else time.monotonic() + self.report_every
-        while not self._stop.wait(self._tick):
+        clock = self._clock
+        next_report = None if self.report_every is None else clock.now() + self.report_every
+        while not clock.wait(self._stop, self._tick):
             if self._pipe.coord.should_stop():
                 return  # stopping: nothing more to report
-            now = time.monotonic()
+            now = clock.now()
             try:
                 if next_report is not None and now >= next_report:
                     next_report = now + self.report_every if self.report_every else None
@@ -130,6 +155,8 @@ class Monitor:
                     self.check(now)
             except Exception:  # noqa: BLE001 - a report must never kill the pipeline
                 LOG.debug("feedq monitor: report failed", exc_info=True)
+            finally:
+                self.ticks += 1
 
     # -- stalls ------------------------------------------------------------------------
 
@@ -144,6 +171,12 @@ class Monitor:
         for stage, _name in parts.process:
             sig.append(int(stage._takes))
             sig.extend(h.received for h in list(stage._handles))
+        # The watched thread's queue, when it is not the pipeline's: a new
+        # wait, or elements moving through that queue, is progress too.
+        q = self._watched.wait_queue
+        if q is not None and hasattr(q, "_timing") and not any(q is x for x in parts.queues):
+            t = q._timing()
+            sig.extend((id(q), t[2], t[3]))
         return tuple(sig)
 
     def check(self, now: float) -> str | None:
@@ -186,16 +219,9 @@ class Monitor:
                 if waited < limit:
                     continue
                 who = f"thread {names.get(ident, '?')!r}"
-                size = q.size()
-                cap = "inf" if q.capacity < 0 else str(q.capacity)
-                if is_enqueue:
-                    takers = sum(1 for e, *_ in q._blocked() if not e)
-                    what = (f"enqueue of {n} element(s) on full queue {q.name!r} "
-                            f"(size {size}/{cap}; {_consumers_text(takers, q, parts)})")
-                else:
-                    fed_by = feeders.get(id(q), [])
-                    what = (f"dequeue of {n} element(s) on empty queue {q.name!r} "
-                            f"(size {size}/{cap}; {_feeders_text(fed_by, now)})")
+                fed_by = feeders.get(id(q), [])
+                what = _call_text(q, is_enqueue, n, fed_by, parts, now)
+                if not is_enqueue:
                     # A feeding thread busy in its op (a read that hangs)
                     # is where to look: its stack goes in too.
                     for r in fed_by:
@@ -205,6 +231,12 @@ class Monitor:
                 lines.append(f"  {who} blocked {waited:.2f} s in {what}")
                 if ident not in idents:
                     idents.append(ident)
+        watched = self._watched_call(parts, now)
+        if watched is not None:
+            ident, line = watched
+            lines.append(line)
+            if ident not in idents:
+                idents.append(ident)
         for stage, name in parts.process:
             since = getattr(stage, "_waiting_since", None)
             if since is None or time.perf_counter() - since < limit:
@@ -234,6 +266,36 @@ class Monitor:
             for entry in traceback.format_stack(frame):
                 out.extend("  " + line for line in entry.rstrip().splitlines())
         return "\n".join(out)
+
+
+    def _watched_call(self, parts: Any, now: float) -> tuple[int, str] | None:
+        """The watched thread's queue call, when it has been blocked for
+        ``stall_timeout`` on a queue that is not the pipeline's (those are
+        reported with the others): ``(thread ident, report line)``."""
+        assert self.stall_timeout is not None
+        acc = self._watched
+        q: Any = acc.wait_queue
+        if q is None or any(q is x for x in parts.queues) or not hasattr(q, "_blocked"):
+            return None
+        for is_enqueue, ident, since, n in q._blocked():
+            waited = now - since
+            if ident == acc.ident and waited >= self.stall_timeout:
+                what = _call_text(q, is_enqueue, n, [], parts, now)
+                return ident, f"  thread {acc.name!r} blocked {waited:.2f} s in {what}"
+        return None
+
+
+def _call_text(q: Any, is_enqueue: bool, n: int, fed_by: list[Any], parts: Any,
+               now: float) -> str:
+    """What a blocked call waits for: the call, its queue, and who could end the wait."""
+    size = q.size()
+    cap = "inf" if q.capacity < 0 else str(q.capacity)
+    if is_enqueue:
+        takers = sum(1 for e, *_ in q._blocked() if not e)
+        return (f"enqueue of {n} element(s) on full queue {q.name!r} "
+                f"(size {size}/{cap}; {_consumers_text(takers, q, parts)})")
+    return (f"dequeue of {n} element(s) on empty queue {q.name!r} "
+            f"(size {size}/{cap}; {_feeders_text(fed_by, now)})")
 
 
 def _feeders_text(runners: list[Any], now: float) -> str:

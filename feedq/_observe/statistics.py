@@ -354,6 +354,7 @@ def collect(
     process: Sequence[tuple[Any, str]] = (),
     batch_sizes: Mapping[int, int] | None = None,
     shuffles: Sequence[tuple[Any, int]] = (),
+    now: float | None = None,
 ) -> PipelineStatistics:
     """Assemble a :class:`PipelineStatistics`.
 
@@ -366,8 +367,12 @@ def collect(
             the consumer's when ``output_queue`` is ``None``.
         batch_sizes: a batcher's batch size by ``id(runner)``.
         shuffles: ``(shuffle buffer, the capacity its batcher was given)``.
+        now: the time of the snapshot on the pipeline's clock
+            (``feedq._observe.clock``; default ``time.monotonic()``): waits
+            in progress count up to it.
     """
-    now = time.monotonic()
+    if now is None:
+        now = time.monotonic()
     sizes = batch_sizes or {}
     stages = [stage_timing(r, kind, now, sizes.get(id(r))) for r, kind in runners]
     consumer = ConsumerTiming(0, 0, 0.0, 1.0)

@@ -18,7 +18,7 @@ from typing import IO, Any, cast
 
 import numpy as np
 
-from feedq.cli._compare import Limits, System, timed
+from feedq.cli._measure import Limits, System, timed
 from feedq.cli._schema import Schema
 
 __all__ = ["Collate", "Records", "torch_system"]

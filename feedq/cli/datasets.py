@@ -1,5 +1,5 @@
-"""Synthetic datasets for the demo, ``feedq make-data``, tests and benchmarks,
-and format detection for ``feedq bench`` / ``feedq inspect``.
+"""Synthetic datasets for the demo, ``feedq make-data``, tests and benchmarks
+(telling a file's format is ``feedq.cli._formats``).
 
 Layout ``basic`` (the default) is the benchmark datasets:
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import stat
 import struct
 import zlib
 from pathlib import Path
@@ -36,29 +35,20 @@ from typing import Any
 
 import numpy as np
 
+from feedq.cli._formats import FORMATS
 from feedq.readers import masked_crc32c
 
 __all__ = [
     "FIXED_RECORD_BYTES",
     "FORMATS",
     "LAYOUTS",
-    "detect_format",
     "encode_examples",
-    "is_stream",
     "make_dataset",
 ]
 
-FORMATS = ("csv", "tfrecord", "fixed", "parquet", "lines")
 LAYOUTS = ("basic", "realistic")
 FIXED_RECORD_BYTES = 132  # 32 float32 + one int32 label
 _SUFFIX = {"csv": ".csv", "tfrecord": ".tfrecord", "fixed": ".bin", "parquet": ".parquet", "lines": ".txt"}
-_EXT = {
-    ".csv": "csv", ".tsv": "csv",
-    ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord",
-    ".bin": "fixed", ".fixed": "fixed", ".rec": "fixed",
-    ".parquet": "parquet", ".pq": "parquet",
-    ".txt": "lines", ".lines": "lines", ".log": "lines",
-}
 
 
 def _varint(n: int) -> bytes:
@@ -310,69 +300,3 @@ def make_dataset(
                 pass
         raise
     return [str(t) for t in targets]
-
-
-def is_stream(path: str) -> bool:
-    """Whether ``path`` is a named pipe, a character device or a socket: data
-    that can be read only once (``mkfifo``, ``<(cmd)``, ``/dev/stdin``).
-    Regular files, ``/proc`` files included, can be read again."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
-
-
-def detect_format(path: str) -> tuple[str, str | None]:
-    """Guess ``(format, compression)`` from the extension, then magic bytes.
-
-    A pipe or device (:func:`is_stream`) is told by its name only: reading
-    its first bytes would take them from the reader that comes after.
-
-    Raises:
-        ValueError: the format cannot be told; pass ``--format``.
-        FileNotFoundError: the file does not exist.
-    """
-    p = Path(path)
-    if not p.exists():
-        from feedq.errors import NotFoundError
-
-        raise NotFoundError(f"{path}; No such file or directory")
-    name = p.name.lower()
-    compression = None
-    if name.endswith((".gz", ".gzip")):
-        compression, name = "GZIP", name.rsplit(".", 1)[0]
-    elif name.endswith((".zz", ".zlib")):
-        compression, name = "ZLIB", name.rsplit(".", 1)[0]
-    elif name.endswith((".zst", ".zstd")):
-        compression, name = "ZSTD", name.rsplit(".", 1)[0]
-    ext = os.path.splitext(name)[1]
-    if ext in _EXT:
-        return _EXT[ext], compression
-    if is_stream(path):
-        raise ValueError(f"{path} is a pipe or device: it can be read only once, so feedq does not "
-                         f"read its first bytes to tell the format; pass --format "
-                         f"({', '.join(FORMATS)}) and --compression")
-    with open(p, "rb") as f:
-        head = f.read(16)
-    if head[:4] == b"PAR1":
-        return "parquet", None
-    if head[:2] == b"\x1f\x8b":
-        compression = "GZIP"
-        with gzip.open(p, "rb") as g:
-            head = g.read(16)
-    elif head[:4] == b"\x28\xb5\x2f\xfd":
-        from feedq.readers._io import zstd_module
-
-        compression = "ZSTD"
-        with open(p, "rb") as f, zstd_module().ZstdDecompressor().stream_reader(f) as z:
-            head = z.read(16)
-    if len(head) >= 12:
-        length = head[:8]
-        (crc,) = struct.unpack("<I", head[8:12])
-        if masked_crc32c(length) == crc:
-            return "tfrecord", compression
-    if head and all(32 <= c < 127 or c in (9, 10, 13) for c in head):
-        text = head.decode("ascii", "replace")
-        return ("csv" if "," in text else "lines"), compression
-    raise ValueError(f"{path}: cannot tell the format; pass --format ({', '.join(FORMATS)})")

@@ -21,17 +21,11 @@ import click
 import numpy as np
 
 from feedq import __version__, _native
+from feedq.cli._cluster import cluster
+from feedq.cli._formats import FORMATS, detect_format, is_stream
 from feedq.cli._schema import DEFAULT_SAMPLE, OnError
 from feedq.cli._util import CONTEXT, ProgramGroup, fail, guard, set_debug
-from feedq.cli.datasets import (
-    FIXED_RECORD_BYTES,
-    FORMATS,
-    LAYOUTS,
-    detect_format,
-    is_stream,
-    make_dataset,
-)
-from feedq.distributed.__main__ import cluster
+from feedq.cli.datasets import FIXED_RECORD_BYTES, LAYOUTS, make_dataset
 
 __all__ = ["main"]
 

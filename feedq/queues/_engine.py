@@ -275,7 +275,7 @@ class QueueEngine(ElementCodec):
         att.ident = threading.get_ident()
         att.since = since = time.monotonic()
         if account is not None:
-            account.begin_wait(output, since)
+            account.begin_wait(output, since, self)  # the queue: named in stall reports
         try:
             deadline = None if wait is None else time.monotonic() + wait
             remaining: float | None = None

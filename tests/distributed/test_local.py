@@ -611,7 +611,7 @@ def test_set_cluster_default_timeout_reaches_every_task() -> None:
 
 
 def test_command_line_resources_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    from feedq.distributed.__main__ import main
+    from feedq.cli._cluster import main
 
     assert main(["resources", "--job", "ps", "--task", "1"]) == 0
     assert json.loads(capsys.readouterr().out) == {"feedq_task_ps_1": 1}

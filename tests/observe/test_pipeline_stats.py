@@ -27,7 +27,7 @@ from feedq._observe.statistics import ConsumerTiming, StageTiming, verdict
 from feedq.errors import MissingExtraError
 from feedq.queues import FIFOQueue
 from feedq.runners import QueueRunner
-from tests.conftest import wait_until
+from tests.conftest import Bg, FakeClock, wait_blocked, wait_until
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -205,6 +205,27 @@ def _stall_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
             if r.name == "feedq" and r.levelno == logging.WARNING and "stalled" in r.getMessage()]
 
 
+def _advance(clock: FakeClock, monitor: _stall.Monitor, seconds: float,
+             until: Any = None) -> float:
+    """Move the pipeline's clock on by ``seconds``, one monitor tick at a
+    time, each handled by the monitor before the next (or stop early once
+    ``until()`` holds); the seconds advanced."""
+    advanced = 0.0
+    while advanced < seconds - 1e-9 and not (until is not None and until()):
+        wait_until(lambda: clock.waiting == 1, 10.0, "the monitor to wait for its tick")
+        ticks = monitor.ticks
+        clock.advance(monitor._tick)
+        advanced += monitor._tick
+        wait_until(lambda t=ticks: monitor.ticks > t, 10.0, "the monitor's tick")
+    return advanced
+
+
+def _monitor_of(pipe: feedq.Pipeline) -> _stall.Monitor:
+    monitor = pipe._monitor
+    assert monitor is not None
+    return monitor
+
+
 def test_deadlocked_enqueue_loop_gives_exactly_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -216,13 +237,20 @@ def test_deadlocked_enqueue_loop_gives_exactly_one_warning(
     def enqueue_loop() -> None:
         q.enqueue(next(counter))
 
-    with feedq.Pipeline(stall_timeout=STALL) as pipe:
-        start = time.monotonic()
+    clock = FakeClock()
+    with feedq.Pipeline(stall_timeout=STALL, _clock=clock) as pipe:
         pipe.add_runner(QueueRunner(q, [enqueue_loop]))
-        wait_until(lambda: bool(_stall_records(caplog)), STALL + 1.0, "the stall warning")
-        assert time.monotonic() - start <= STALL + 1.0
+        wait_blocked(q, producers=1)
+        clock.sync()
+        monitor = _monitor_of(pipe)
+        assert _stall_records(caplog) == []  # no time has passed on the pipeline's clock
+        advanced = _advance(clock, monitor, STALL + 1.0, until=lambda: bool(_stall_records(caplog)))
+        assert _stall_records(caplog), "no stall warning"
+        # Reported once stall_timeout had passed with nothing moving (the
+        # monitor's first look takes the baseline), not before.
+        assert STALL - 1e-9 <= advanced <= STALL + 2 * monitor._tick + 1e-9
         # Nothing else for the rest of stall_timeout + 1 s.
-        time.sleep(max(0.0, start + STALL + 1.0 - time.monotonic()))
+        _advance(clock, monitor, STALL + 1.0 - advanced)
         records = _stall_records(caplog)
         assert q.size() == 2
         # The wait in progress counts: blocked on its output all along.
@@ -244,6 +272,17 @@ def test_deadlocked_enqueue_loop_gives_exactly_one_warning(
     assert next(counter) == 3
 
 
+def _drive(clock: FakeClock, monitor: _stall.Monitor, q: Any, caplog: pytest.LogCaptureFixture,
+           consumers: int = 0, producers: int = 0) -> float:
+    """In a helper thread: once the test's thread is blocked on ``q``, move
+    the clock until the stall warning is logged; the seconds advanced."""
+    wait_blocked(q, producers=producers, consumers=consumers, timeout=10.0)
+    clock.sync()
+    advanced = _advance(clock, monitor, STALL + 1.0, until=lambda: bool(_stall_records(caplog)))
+    assert _stall_records(caplog), "no stall warning"
+    return advanced
+
+
 def test_consumer_blocked_on_a_never_started_runner_is_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -251,13 +290,20 @@ def test_consumer_blocked_on_a_never_started_runner_is_reported(
     q = FIFOQueue(2, [np.int64], shapes=[()], name="never_filled")
     pipe = feedq.Pipeline(stall_timeout=STALL)
     pipe.add_runner(QueueRunner(q, [lambda: q.enqueue(1)]))  # added, never started
+    clock = FakeClock()
     with pipe.as_default():
-        pipe._started_at = time.monotonic()
-        monitor = _stall.Monitor(pipe, STALL, None)
+        pipe._started_at = clock.now()
+        monitor = _stall.Monitor(pipe, STALL, None, clock=clock)
         monitor.start()
         try:
-            with pytest.raises(feedq.errors.DeadlineExceededError):
-                q.dequeue(timeout=STALL + 0.8)
+            def drive() -> None:
+                _drive(clock, monitor, q, caplog, consumers=1)
+                q.close()  # lets the blocked dequeue end
+
+            driver = Bg(drive, name="driver")
+            with pytest.raises(feedq.errors.OutOfRangeError):
+                q.dequeue(timeout=30)
+            driver.result(10.0)
         finally:
             monitor.stop()
     records = _stall_records(caplog)
@@ -266,7 +312,7 @@ def test_consumer_blocked_on_a_never_started_runner_is_reported(
     assert "dequeue of 1 element(s) on empty queue 'never_filled'" in msg
     assert "its runner 'never_filled' was never started" in msg
     assert f"thread {threading.current_thread().name!r}" in msg
-    assert "q.dequeue(timeout=STALL + 0.8)" in msg
+    assert "q.dequeue(timeout=30)" in msg
     assert q.size() == 0
 
 
@@ -281,12 +327,17 @@ def test_a_hung_read_is_shown_with_its_stack(caplog: pytest.LogCaptureFixture) -
         release.wait(10)  # stands for a read blocked in I/O
         q.enqueue(1)
 
-    with feedq.Pipeline(stall_timeout=STALL) as pipe:
+    clock = FakeClock()
+    with feedq.Pipeline(stall_timeout=STALL, _clock=clock) as pipe:
         pipe.add_runner(QueueRunner(q, [hung_read]))
-        with pytest.raises(feedq.errors.DeadlineExceededError):
-            q.dequeue(timeout=STALL + 0.8)
-        release.set()
-        assert q.dequeue(timeout=5) == 1
+
+        def drive() -> None:
+            _drive(clock, _monitor_of(pipe), q, caplog, consumers=1)
+            release.set()
+
+        driver = Bg(drive, name="driver")
+        assert q.dequeue(timeout=30) == 1
+        driver.result(10.0)
     records = _stall_records(caplog)
     assert len(records) == 1
     msg = records[0].getMessage()
@@ -294,6 +345,85 @@ def test_a_hung_read_is_shown_with_its_stack(caplog: pytest.LogCaptureFixture) -
     assert "fed by runner 'hung_reader', 1 thread(s) alive: " in msg
     assert "'feedq-runner-hung_reader-0-hung_read' busy in its op for" in msg
     assert "in hung_read" in msg and "release.wait(10)" in msg
+
+
+# -- the user's own thread, blocked on a queue nothing of the pipeline feeds (issue 24) --
+
+
+def test_main_thread_blocked_in_enqueue_on_a_full_queue_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="feedq")
+    q = FIFOQueue(1, [np.int64], shapes=[()], name="users_full")
+    clock = FakeClock()
+    with feedq.Pipeline(stall_timeout=STALL, _clock=clock) as pipe:
+        q.enqueue(1)
+
+        def drive() -> float:
+            advanced = _drive(clock, _monitor_of(pipe), q, caplog, producers=1)
+            assert q.dequeue(timeout=5) == 1  # makes room: the blocked enqueue ends
+            return advanced
+
+        driver = Bg(drive, name="driver")
+        q.enqueue(2)  # blocks: the queue is full and nothing takes from it
+        advanced = driver.result(10.0)
+        assert q.dequeue(timeout=5) == 2
+    assert STALL - 1e-9 <= advanced <= STALL + 2 * pipe.stall_timeout / 4 + 1e-9
+    records = _stall_records(caplog)
+    assert len(records) == 1
+    msg = records[0].getMessage()
+    me = threading.current_thread().name
+    assert f"  thread {me!r} blocked " in msg
+    assert "in enqueue of 1 element(s) on full queue 'users_full' (size 1/1; " \
+           "no thread is dequeuing from it)" in msg
+    assert f"Thread {me!r} (ident {threading.get_ident()}):" in msg
+    assert "q.enqueue(2)  # blocks" in msg  # the user's line in its stack
+
+
+def test_main_thread_blocked_in_dequeue_on_a_queue_nothing_feeds_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # TF1's classic hang: the queue's runners were never started.
+    caplog.set_level(logging.WARNING, logger="feedq")
+    q = FIFOQueue(4, [np.int64], shapes=[()], name="users_empty")
+    clock = FakeClock()
+    with feedq.Pipeline(stall_timeout=STALL, _clock=clock) as pipe:
+
+        def drive() -> None:
+            _drive(clock, _monitor_of(pipe), q, caplog, consumers=1)
+            q.enqueue(7)  # the blocked dequeue ends
+
+        driver = Bg(drive, name="driver")
+        assert q.dequeue() == 7  # blocks: nothing feeds the queue
+        driver.result(10.0)
+    records = _stall_records(caplog)
+    assert len(records) == 1
+    msg = records[0].getMessage()
+    me = threading.current_thread().name
+    assert f"  thread {me!r} blocked " in msg
+    assert "in dequeue of 1 element(s) on empty queue 'users_empty' (size 0/4; " \
+           "no runner of the pipeline fills it)" in msg
+    assert "assert q.dequeue() == 7  # blocks" in msg
+
+
+def test_main_thread_working_on_its_own_queue_is_not_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A user loop whose queue calls do not block long: no warning however
+    long the pipeline runs (the clock moves 3 stall timeouts per element)."""
+    caplog.set_level(logging.WARNING, logger="feedq")
+    q = FIFOQueue(2, [np.int64], shapes=[()], name="users_busy")
+    clock = FakeClock()
+    with feedq.Pipeline(stall_timeout=STALL, _clock=clock) as pipe:
+        monitor = _monitor_of(pipe)
+        got = []
+        for i in range(5):
+            q.enqueue(i)
+            got.append(int(q.dequeue()))
+            clock.sync()
+            _advance(clock, monitor, 3 * STALL)
+    assert got == list(range(5))
+    assert _stall_records(caplog) == [] and monitor.warnings == 0
 
 
 def test_healthy_pipeline_logs_no_stall(caplog: pytest.LogCaptureFixture) -> None:

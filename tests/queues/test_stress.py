@@ -29,7 +29,7 @@ def _ids_of(result: Any, kind: str) -> list[int]:
     return np.atleast_1d(ids).tolist()
 
 
-def _run(kind: str, duration: float) -> None:
+def _run(kind: str, duration: float, cancel_pending: bool) -> None:
     q = _make(kind)
     inserted: list[list[int]] = [[] for _ in range(8)]
     received: list[list[int]] = [[] for _ in range(8)]
@@ -98,7 +98,7 @@ def _run(kind: str, duration: float) -> None:
         t.start()
     start.wait()
     time.sleep(duration / 2)  # let the threads run: this is the load, not a sync
-    q.close(cancel_pending_enqueues=bool(np.random.default_rng().random() < 0.5))
+    q.close(cancel_pending_enqueues=cancel_pending)
     stop_producing.set()
     for t in threads:
         t.join(timeout=30)
@@ -126,12 +126,14 @@ def _run(kind: str, duration: float) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["fifo", "shuffle", "priority"])
-def test_stress_exact_accounting(kind: str) -> None:
-    _run(kind, duration=1.0)
+@pytest.mark.parametrize("cancel_pending", [False, True])
+def test_stress_exact_accounting(kind: str, cancel_pending: bool) -> None:
+    _run(kind, duration=0.5, cancel_pending=cancel_pending)  # both closes: 1 s per kind, as before
 
 
 @pytest.mark.stress
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["fifo", "shuffle", "priority"])
-def test_stress_exact_accounting_long(kind: str) -> None:
-    _run(kind, duration=30.0)
+@pytest.mark.parametrize("cancel_pending", [False, True])
+def test_stress_exact_accounting_long(kind: str, cancel_pending: bool) -> None:
+    _run(kind, duration=15.0, cancel_pending=cancel_pending)
