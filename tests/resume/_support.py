@@ -1,4 +1,12 @@
-"""Pipelines, data and the training child of the resumption tests.
+"""Pipelines, data, the save/restore harness and the training child of the
+resumption tests.
+
+The harness (STYLE.md 10): :func:`run_to` builds a pipeline in
+``feedq.Pipeline(resumable=True, state=...)``, takes batches up to a stop
+point and saves; :func:`save_restore` does that at each stop point of a
+list, restores each saved state in a new pipeline and gives the pieces;
+:func:`check_save_restore` asserts that the batches before and after each
+stop are the uninterrupted run's.
 
 Run as a script (``python tests/resume/_support.py CONFIG.json``) it is the
 "training process" the SIGKILL tests kill: it builds the pipeline, consumes
@@ -15,6 +23,8 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +132,76 @@ def as_arrays(batch: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """(record ids, the other component) of a batch."""
     ids, other = batch
     return np.asarray(ids).copy(), np.asarray(other).copy()
+
+
+# -- the save/restore harness ----------------------------------------------------------
+
+Build = Callable[[feedq.Pipeline], Any]
+
+
+def run_to(build: Build, state: dict[str, Any] | None = None, stop: int | None = None,
+           key: Callable[[Any], Any] = as_arrays, upto: int | None = None,
+           ) -> tuple[list[Any], dict[str, Any]]:
+    """Build in a resumable pipeline (restored from ``state``), take ``stop``
+    batches (None: all of them), and save: the batches (``key`` of each)
+    and ``pipe.state_dict(upto=...)`` (``upto``: as of that batch; default:
+    all taken), after a pickle round trip (what a checkpoint file holds)."""
+    got = []
+    with feedq.Pipeline(resumable=True, state=state) as pipe:
+        build(pipe)
+        batches = iter(pipe)
+        while stop is None or len(got) < stop:
+            batch = next(batches, None)
+            if batch is None:
+                break
+            got.append(key(batch))
+        saved = pipe.state_dict(upto=len(got) if upto is None else upto)
+    return got, pickle.loads(pickle.dumps(saved))
+
+
+def same(a: list[Any], b: list[Any]) -> bool:
+    """Whether two runs' batches (tuples of arrays, per :func:`run_to`'s
+    ``key``) are equal, batch by batch."""
+    return len(a) == len(b) and all(
+        all(np.array_equal(x, y) for x, y in zip(p, q)) for p, q in zip(a, b)
+    )
+
+
+@dataclass
+class Resumed:
+    """One stop point of :func:`save_restore`.
+
+    Attributes:
+        stop: batches counted as delivered when the state was saved.
+        before: the batches the saving run took (``stop + ahead`` of them).
+        state: the state saved as of ``stop``.
+        after: what a new pipeline restored from ``state`` delivered.
+    """
+
+    stop: int
+    before: list[Any]
+    state: dict[str, Any]
+    after: list[Any]
+
+
+def save_restore(build: Build, stops: Iterable[int], key: Callable[[Any], Any] = as_arrays,
+                 ahead: int = 0) -> Iterator[Resumed]:
+    """At each stop point ``k``: run ``k + ahead`` batches and save the state
+    as of batch ``k`` (the ``ahead`` ones count as not delivered), then
+    restore it in a new pipeline and run that to the end."""
+    for k in stops:
+        before, state = run_to(build, None, k + ahead, key, upto=k)
+        after, _ = run_to(build, state, None, key)
+        yield Resumed(k, before, state, after)
+
+
+def check_save_restore(build: Build, stops: Iterable[int], key: Callable[[Any], Any] = as_arrays,
+                       ) -> None:
+    """Stopped and restored at each of ``stops``: the batches before and
+    after are the uninterrupted run's."""
+    full, _ = run_to(build, None, None, key)
+    for r in save_restore(build, stops, key):
+        assert same(r.before + r.after, full), r.stop
 
 
 def run(data: dict[str, Any], mode: str, epochs: int, state: dict[str, Any] | None = None,
