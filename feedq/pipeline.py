@@ -20,7 +20,11 @@ itself (readers, device feeders) while ``with pipe:`` is open
 
 Input functions (``feedq.input``) called while a pipeline is the current
 one (inside ``with pipe:`` or ``with pipe.as_default():``) add their runners
-to it instead of the process-wide collection.
+to it instead of the process-wide collection. They find it through
+``feedq._core.scope.current_pipeline()`` (they sit below this module), which
+sees the pipeline as a :class:`feedq._core.scope.PipelineContext`; the
+resumable parts they build register with its :attr:`Pipeline.resumption`
+registry (``feedq._resume.registry``; ``docs/resume.md``).
 
 ``control_dependencies(deps)`` postpones runners created inside it until
 every dependency is done (runners, stages, queues or events); it lives in
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
+from feedq._core import scope as _scope
 from feedq._core.scope import closing_scope
 from feedq._observe import stall as _stall
 from feedq._observe.clock import MONOTONIC, Clock
@@ -50,8 +55,9 @@ from feedq._observe.statistics import (
     collect,
     format_report,
 )
+from feedq._resume.registry import Registry
 from feedq.coordinator import Coordinator
-from feedq.errors import FailedPreconditionError, InvalidArgumentError
+from feedq.errors import FailedPreconditionError
 from feedq.queues import QueueBase
 from feedq.runners import (
     QueueRunner,
@@ -62,8 +68,8 @@ from feedq.runners import (
     gate_ops,
 )
 
-# current_dependencies, gate_ops and register_runner are for feedq.input (the
-# producers and batchers register their runners through them).
+# current_dependencies, gate_ops and register_runner stay public here; feedq.input
+# (below this module) takes gate_ops and add_queue_runner from feedq.runners.
 __all__ = [
     "Bottleneck",
     "ConsumerTiming",
@@ -93,21 +99,11 @@ prometheus_collector.__module__ = __name__
 set_stall_timeout = _stall.set_stall_timeout
 get_stall_timeout = _stall.get_stall_timeout
 
-_local = threading.local()
-
-
-def _stack(name: str) -> list[Any]:
-    stack = getattr(_local, name, None)
-    if stack is None:
-        stack = []
-        setattr(_local, name, stack)
-    return stack
-
 
 def current_pipeline() -> Pipeline | None:
     """The pipeline made current in this thread by ``with pipe:`` / ``as_default()``."""
-    stack = _stack("pipelines")
-    return stack[-1] if stack else None
+    pipe = _scope.current_pipeline()  # only a Pipeline makes itself current
+    return pipe if isinstance(pipe, Pipeline) else None
 
 
 def register_runner(runner: QueueRunner) -> None:
@@ -158,7 +154,7 @@ class Pipeline:
         resumable: tag every element with its position so that
             :meth:`state_dict` can describe exactly what the consumer has
             received (one producer and one batcher per pipeline; see
-            ``docs/design.md``, "Resumption").
+            ``docs/resume.md``).
         state: a :meth:`state_dict` to continue from (implies
             ``resumable``): the producer and the batcher built inside the
             pipeline restore it as they are built, before their runners run.
@@ -182,10 +178,9 @@ class Pipeline:
         self.coord = coord if coord is not None else Coordinator()
         self._clock = _clock  # of the statistics and the monitor (tests pass their own)
         self.resumable = bool(resumable) or state is not None
-        # Resumption (feedq.input): the state to restore, the producer and
-        # the batcher's resume object (opaque here: input is above us).
-        self._pending_state = state
-        self._resume_parts: dict[str, Any] = {}
+        # The resumable parts built inside the pipeline register here
+        # (feedq._resume.registry), and the state=... they restore waits here.
+        self._resumption = Registry(state)
         self.stop_grace_period_secs = stop_grace_period_secs
         self.daemon = daemon
         self.stall_timeout = _stall.check_seconds(
@@ -224,6 +219,12 @@ class Pipeline:
             with self._lock:
                 if not any(s is stage for s in self._stages):
                     self._stages.append(stage)
+
+    @property
+    def resumption(self) -> Registry:
+        """The registry of the resumable parts built inside the pipeline
+        (``feedq._resume.registry``)."""
+        return self._resumption
 
     @property
     def runners(self) -> list[QueueRunner]:
@@ -283,12 +284,8 @@ class Pipeline:
     @contextlib.contextmanager
     def as_default(self) -> Iterator[Pipeline]:
         """Make this the current pipeline in this thread, without starting it."""
-        stack = _stack("pipelines")
-        stack.append(self)
-        try:
+        with _scope.pipeline_context(self):
             yield self
-        finally:
-            stack.remove(self)
 
     def start(self) -> Pipeline:
         """Start every runner added so far; later ones start when added."""
@@ -383,8 +380,7 @@ class Pipeline:
         return format_report(self.statistics())
 
     def __enter__(self) -> Self:
-        stack = _stack("pipelines")
-        stack.append(self)
+        _scope.enter_pipeline(self)
         scope = closing_scope()
         taken = scope.__enter__()
         with self._lock:
@@ -394,7 +390,7 @@ class Pipeline:
         try:
             self.start()
         except BaseException:
-            stack.remove(self)
+            _scope.leave_pipeline(self)
             self._leave_scope()
             raise
         return self
@@ -412,9 +408,7 @@ class Pipeline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        stack = _stack("pipelines")
-        if self in stack:
-            stack.remove(self)
+        _scope.leave_pipeline(self)
         self._leave_scope()
         self.coord.request_stop()
         try:
@@ -424,29 +418,6 @@ class Pipeline:
                 raise
 
     # -- resumption ---------------------------------------------------------------
-
-    def _add_producer(self, tracker: Any) -> dict[str, Any] | None:
-        """A resumable producer was built; the state it must restore, if any."""
-        if "producer" in self._resume_parts:
-            raise InvalidArgumentError(
-                "a resumable pipeline has one producer (build the others in their own pipeline)"
-            )
-        self._resume_parts["producer"] = tracker
-        return self._pending_state
-
-    def _resume_producer(self) -> Any:
-        """The pipeline's resumable producer (None if none was built yet)."""
-        return self._resume_parts.get("producer")
-
-    def _add_resumable(self, resume: Any) -> dict[str, Any] | None:
-        """A resumable batcher was built; the state it must restore, if any."""
-        if "batcher" in self._resume_parts:
-            raise InvalidArgumentError(
-                "a resumable pipeline has one batcher (build the others in their own pipeline)"
-            )
-        self._resume_parts["batcher"] = resume
-        state, self._pending_state = self._pending_state, None
-        return state
 
     def state_dict(self, upto: int | None = None) -> dict[str, Any]:
         """What the consumer of :attr:`output` has received, as plain data:
@@ -458,10 +429,7 @@ class Pipeline:
             InvalidArgumentError: not built with ``resumable=True`` (or
                 ``state=``), or the output is not resumable.
         """
-        if self.output is None or not hasattr(self.output, "state_dict"):
-            raise InvalidArgumentError("this pipeline has no resumable output stage")
-        state: dict[str, Any] = self.output.state_dict(upto)
-        return state
+        return self._resumption.state_dict(self.output, upto)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: call it after building the pipeline
@@ -482,12 +450,7 @@ class Pipeline:
                 "feedq.Pipeline(state=...) or call it before `with pipe:`"
             )
         self.resumable = True
-        if "batcher" not in self._resume_parts and "producer" not in self._resume_parts:
-            self._pending_state = state
-            return
-        if self.output is None or not hasattr(self.output, "load_state_dict"):
-            raise InvalidArgumentError("this pipeline has no resumable output stage")
-        self.output.load_state_dict(state)
+        self._resumption.load_state_dict(self.output, state)
 
     def __iter__(self) -> Iterator[Any]:
         if self.output is None:

@@ -17,7 +17,7 @@ batch of tickets):
 The state as of ticket ``upto`` is then: the stream position (one past the
 newest unit handed out), the units not closed with their delivered records
 as ranges (``skip``), and, for a deterministic batcher, the exact part (see
-``_resume``). Tickets in ``[upto, taken)`` count as not delivered; the last
+``feedq._resume.state``). Tickets in ``[upto, taken)`` count as not delivered; the last
 :data:`WINDOW` tickets are kept for that.
 """
 
@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from feedq._resume import report as prov
+from feedq._resume import positions
+from feedq._resume.report import Report
 from feedq.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from feedq._resume.snaplog import SnapshotLog
+    from feedq._resume.snapshot_log import SnapshotLog
 
 __all__: list[str] = []
 
@@ -44,7 +45,7 @@ __all__: list[str] = []
 WINDOW = 1024
 #: Shuffle-buffer snapshots kept for tickets already taken.
 SNAPSHOT_WINDOW = 128
-_MASK = (1 << prov.UNIT_SHIFT) - 1
+_MASK = positions.RECORD_MASK
 # Reports noted and tickets delivered are applied in batches of this many.
 _APPLY_EVERY = 32
 
@@ -155,7 +156,7 @@ class Ledger:
         # (last ticket, smallest unit id) of each batch of tickets applied.
         self._lows: deque[tuple[int, int]] = deque()
         # Reports noted and positions delivered, not yet applied (see _apply).
-        self._reports: list[prov.Report] = []
+        self._reports: list[Report] = []
         self._delivered: list[np.ndarray[Any, Any]] = []
         # Exact mode with a shuffle buffer: its snapshots by draw (set by the buffer).
         self.snapshots: SnapshotLog | None = None
@@ -164,7 +165,7 @@ class Ledger:
 
     # -- runner side --------------------------------------------------------------
 
-    def note(self, report: prov.Report, producer: Any) -> None:
+    def note(self, report: Report, producer: Any) -> None:
         """What one evaluation of the batcher's source handed out and finished
         (applied later, with others: see :meth:`_apply`)."""
         with self._lock:
@@ -182,14 +183,14 @@ class Ledger:
 
     # -- consumer side ------------------------------------------------------------
 
-    def deliver(self, tags: np.ndarray[Any, Any]) -> int:
+    def deliver(self, taken: np.ndarray[Any, Any]) -> int:
         """Record one evaluation taken by the consumer; its ticket.
 
         This runs on every take, so it only files the positions: they are
         applied to the bitmaps every :data:`_APPLY_EVERY` tickets, and before
         any state is read (:meth:`_apply`), a few NumPy calls for them all.
         """
-        tags = np.asarray(tags, dtype=np.int64).reshape(-1)
+        tags = np.asarray(taken, dtype=np.int64).reshape(-1)
         with self._lock:
             ticket = self.taken
             self.taken = ticket + 1
@@ -207,14 +208,14 @@ class Ledger:
         parts = self._delivered
         if parts:
             self._delivered = []
-            self._apply_tags(np.concatenate(parts) if len(parts) > 1 else parts[0])
+            self._apply_positions(np.concatenate(parts) if len(parts) > 1 else parts[0])
             self._prune()
 
     def _apply_reports(self) -> None:
         reports, self._reports = self._reports, []
         if not reports:
             return
-        base = prov.WORKLIST_BASE
+        base = positions.WORKLIST_BASE
         handed = [ids for r in reports for ids in r.handed if ids.shape[0]]
         if handed:
             ids = np.concatenate(handed) if len(handed) > 1 else handed[0]
@@ -236,21 +237,21 @@ class Ledger:
                 if size == 0 or (rec is not None and rec.count >= size):
                     self._close(np.array([unit], dtype=np.int64))
 
-    def _apply_tags(self, tags: np.ndarray[Any, Any]) -> None:
+    def _apply_positions(self, tags: np.ndarray[Any, Any]) -> None:
         """Positions delivered by the tickets up to ``taken - 1``."""
         ticket = self.taken - 1
         if tags.shape[0] == 0:
             return
-        lo = int(tags.min()) >> prov.UNIT_SHIFT
+        lo = int(tags.min()) >> positions.UNIT_SHIFT
         self._lows.append((ticket, lo))
         if lo < 0:
             if self.untraceable is None:
                 self.untraceable = "rows of unknown origin were delivered"
             return
-        hi = int(tags.max()) >> prov.UNIT_SHIFT
+        hi = int(tags.max()) >> positions.UNIT_SHIFT
         if self.single:
-            units = tags >> prov.UNIT_SHIFT
-            if hi < prov.WORKLIST_BASE and lo >= self._base:
+            units = tags >> positions.UNIT_SHIFT
+            if hi < positions.WORKLIST_BASE and lo >= self._base:
                 # Stream units only (the usual case): one scatter.
                 top = hi + 1
                 if top > self._next:  # delivered before its hand-out was noted
@@ -265,7 +266,7 @@ class Ledger:
         else:
             # Group by unit: one sort, then a slice per unit.
             tags = np.sort(tags)
-            units = tags >> prov.UNIT_SHIFT
+            units = tags >> positions.UNIT_SHIFT
             cuts = (np.flatnonzero(units[1:] != units[:-1]) + 1).tolist()
             recs = tags & _MASK
             for a, b in zip([0, *cuts], [*cuts, tags.shape[0]]):
@@ -306,7 +307,7 @@ class Ledger:
                 )
             return int(upto)
 
-    def last_tag(self, upto: int) -> int | None:
+    def last_position(self, upto: int) -> int | None:
         """The position of the last row of ticket ``upto - 1`` (None for 0)."""
         with self._lock:
             for ticket, tags in reversed(self._window):
@@ -337,14 +338,14 @@ class Ledger:
             undo = np.concatenate(extra) if extra else np.zeros(0, dtype=np.int64)
             closed = self._closed[: self._next - self._base].copy()
             wl_closed = self._worklist_closed.copy()
-            undo_units = undo >> prov.UNIT_SHIFT
-            normal = undo_units[undo_units < prov.WORKLIST_BASE] - self._base
+            undo_units = undo >> positions.UNIT_SHIFT
+            normal = undo_units[undo_units < positions.WORKLIST_BASE] - self._base
             closed[normal[(normal >= 0) & (normal < closed.shape[0])]] = False
-            wl = undo_units[undo_units >= prov.WORKLIST_BASE] - prov.WORKLIST_BASE
+            wl = undo_units[undo_units >= positions.WORKLIST_BASE] - positions.WORKLIST_BASE
             wl_closed[wl[wl < wl_closed.shape[0]]] = False
             units = np.concatenate((
                 self._base + np.flatnonzero(~closed),
-                prov.WORKLIST_BASE + np.flatnonzero(~wl_closed),
+                positions.WORKLIST_BASE + np.flatnonzero(~wl_closed),
             )).astype(np.int64)
             skips: dict[int, np.ndarray[Any, Any]] = {}
             if not self.single:
@@ -366,7 +367,7 @@ class Ledger:
     def load(self, view: AnyView, worklist_size: int) -> None:
         """Start from a saved view (before anything ran)."""
         with self._lock:
-            normal = view.units[view.units < prov.WORKLIST_BASE]
+            normal = view.units[view.units < positions.WORKLIST_BASE]
             self._next = view.next
             self._base = int(normal.min()) if normal.shape[0] else view.next
             self._closed = np.ones(self._next - self._base, dtype=bool)
@@ -386,7 +387,7 @@ class Ledger:
             self._closed = grown
 
     def _close(self, units: np.ndarray[Any, Any]) -> None:
-        normal = units[units < prov.WORKLIST_BASE]
+        normal = units[units < positions.WORKLIST_BASE]
         if normal.shape[0]:
             top = int(normal.max()) + 1
             if top > self._next:  # delivered before its hand-out was noted
@@ -394,7 +395,7 @@ class Ledger:
             self._grow(top)
             idx = normal - self._base
             self._closed[idx[idx >= 0]] = True
-        wl = units[units >= prov.WORKLIST_BASE] - prov.WORKLIST_BASE
+        wl = units[units >= positions.WORKLIST_BASE] - positions.WORKLIST_BASE
         if wl.shape[0]:
             self._worklist_closed[wl[wl < self._worklist_closed.shape[0]]] = True
 
@@ -415,6 +416,6 @@ class Ledger:
         if self.snapshots is not None:
             self.snapshots.prune(self.taken - 1 - SNAPSHOT_WINDOW)
         for u in [u for u, r in self._records.items() if r.last_ticket < oldest]:
-            if u < prov.WORKLIST_BASE and (u < self._base or self._closed[u - self._base]):
+            if u < positions.WORKLIST_BASE and (u < self._base or self._closed[u - self._base]):
                 del self._records[u]
                 self._sizes.pop(u, None)

@@ -1,12 +1,13 @@
-"""The producer side of resumption: unit ids, orders and restore plans.
+"""The producer's part: unit ids, replayable orders and the restore plan.
 
 In a resumable pipeline a producer's queue carries, beside each element, a
-hidden int64 *code*: the element's ordinal in the producer's stream
+hidden int64 *unit code*: the element's ordinal in the producer's stream
 (``epoch * n + index in that epoch's order``) or, for an element re-emitted
 on restore, ``-(1 + i)`` where ``i`` indexes the restore plan (the unit id
-it stands for and which of its records to return). A stage taking from the
-queue turns codes into unit ids and filters (:meth:`ProducerTracker.resolve`)
-and notes them for the batcher (``feedq._resume.report``).
+it stands for and which of its records to return). The producer stage hands
+each take's codes to :meth:`ProducerPart.on_take`, which turns them into
+unit ids and filters and notes them in the report of the batcher's
+evaluation running in that thread (``feedq._resume.report``).
 
 Orders are replayable: epoch ``e`` is ``default_rng([seed, e]).permutation(n)``
 (``seed`` drawn once when the user gave none, and saved in the state).
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from feedq._resume import report as prov
+from feedq._resume import positions
+from feedq._resume import report as _report
 from feedq.errors import InvalidArgumentError
 from feedq.queues import QueueBase
 
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-class ProducerTracker:
+class ProducerPart:
     """A resumable producer's orders, restore plan and hand-outs.
 
     Args:
@@ -42,6 +44,10 @@ class ProducerTracker:
         epochs: its epoch counter.
         single: each element is one record (slice/input producers), not a
             work unit a reader reads records from.
+        fingerprint_extra: what else a restore must agree on (the arrays of
+            a ``slice_input_producer``).
+        shard: rank and world of a ``shard_files`` list (saved in the
+            state, for ``reshard_states``).
     """
 
     def __init__(
@@ -53,6 +59,8 @@ class ProducerTracker:
         seed: int | None,
         epochs: Epochs,
         single: bool,
+        fingerprint_extra: dict[str, Any] | None = None,
+        shard: dict[str, int] | None = None,
     ) -> None:
         self.arr = arr
         self.n = int(arr.shape[0])
@@ -68,17 +76,17 @@ class ProducerTracker:
         # _plan_values[i]) with filter _plan_filters[i].
         self._plan_units: list[int] = []
         self._plan_values: list[Any] = []
-        self._plan_filters: list[prov.UnitFilter | None] = []
+        self._plan_filters: list[positions.UnitFilter | None] = []
         self._plan_emitted = False
         self._plan_taken = False  # every plan code was taken (see resolve)
         self._start = 0  # the ordinal the stream continues from
-        self._filters: dict[int, prov.UnitFilter] = {}
+        self._filters: dict[int, positions.UnitFilter] = {}
         self._worklist: list[Any] = []  # values of work-list units (elastic)
         self.started = False
-        self.fingerprint_extra: dict[str, Any] | None = None
+        self.fingerprint_extra = fingerprint_extra
         self.overflow = False  # more than WORKLIST_BASE units were emitted
         self._fingerprint: dict[str, Any] | None = None  # the inputs never change
-        self.shard: dict[str, int] | None = None  # rank/world of a re-sharded state (elastic)
+        self.shard = shard  # rank/world of a re-sharded state (elastic)
 
     # -- orders -------------------------------------------------------------------
 
@@ -95,8 +103,8 @@ class ProducerTracker:
 
     def value_of(self, unit: int) -> Any:
         """The element of unit ``unit`` (a stream ordinal or a work-list id)."""
-        if unit >= prov.WORKLIST_BASE:
-            return self._worklist[unit - prov.WORKLIST_BASE]
+        if unit >= positions.WORKLIST_BASE:
+            return self._worklist[unit - positions.WORKLIST_BASE]
         epoch, pos = divmod(unit, self.n)
         return self.arr[int(self.order(epoch)[pos])]
 
@@ -140,7 +148,7 @@ class ProducerTracker:
                     q.enqueue_many([values, codes])
                     return
             epoch = self.epochs.next()
-            if (epoch + 1) * n > prov.WORKLIST_BASE:
+            if (epoch + 1) * n > positions.WORKLIST_BASE:
                 self.overflow = True  # positions cannot name these units: state_dict() refuses
             start = self._start - epoch * n if epoch == self._start // n else 0
             order = self.order(epoch)[start:]
@@ -149,7 +157,13 @@ class ProducerTracker:
 
         return enqueue_epoch
 
-    def resolve(self, codes: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], dict[int, prov.UnitFilter]]:
+    def on_take(self, codes: np.ndarray[Any, Any]) -> None:
+        """A stage took elements with these unit codes: note their units
+        (and re-read filters) in this thread's report."""
+        units, filters = self.resolve(codes)
+        _report.note_taken(self, units, filters)
+
+    def resolve(self, codes: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], dict[int, positions.UnitFilter]]:
         """Unit ids of taken codes, and the re-read filters of those that have one."""
         codes = np.asarray(codes, dtype=np.int64).reshape(-1)
         if self._plan_taken or not self._plan_units or not codes.shape[0]:
@@ -162,7 +176,7 @@ class ProducerTracker:
         if not neg.any():
             return codes, {}
         units = codes.copy()
-        filters: dict[int, prov.UnitFilter] = {}
+        filters: dict[int, positions.UnitFilter] = {}
         for i in np.flatnonzero(neg).tolist():
             entry = -int(codes[i]) - 1
             unit = self._plan_units[entry]
@@ -176,7 +190,7 @@ class ProducerTracker:
 
     def set_plan(
         self,
-        entries: list[tuple[int, Any, prov.UnitFilter | None]],
+        entries: list[tuple[int, Any, positions.UnitFilter | None]],
         start: int,
         worklist: list[Any],
     ) -> None:

@@ -1,7 +1,7 @@
-"""Resumption of a whole pipeline: the state of a resumable batcher's stage.
+"""The state format, and the batcher's part that writes and restores it.
 
-``docs/design.md`` ("Resumption") explains the design; in short, a state is
-plain data::
+``docs/resume.md`` is the guide; in short, a pipeline's state is the state
+of its batcher's stage (:class:`BatcherPart`), plain data::
 
     {"format": "feedq.resume/1",
      "fingerprint": {"batcher": {...}, "producer": {...}},   # mismatch -> error
@@ -25,63 +25,73 @@ uninterrupted run would have delivered.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from feedq._resume import report as prov
+from feedq._resume import positions
 from feedq._resume.ledger import AnyView, Ledger, Snapshot, pack, unpack
-from feedq._resume.producer import ProducerTracker
+from feedq._resume.producer import ProducerPart
+from feedq._resume.report import Report
 from feedq.errors import FailedPreconditionError, InvalidArgumentError
-from feedq.input._shuffle import ShuffleBuffer
 from feedq.runners import QueueRunner
 
 __all__: list[str] = []
 
 FORMAT = "feedq.resume/1"
-_MASK = (1 << prov.UNIT_SHIFT) - 1
 # Producer fingerprint entries an elastic (re-sharded) state does not hold.
 _SHARD_KEYS = ("elements", "inputs_crc32", "arrays")
 
 
-class Resume:
+class Shuffled(Protocol):
+    """What exact resumption needs of a batcher's shuffle buffer
+    (``feedq.input._shuffle.ShuffleBuffer``, above this package)."""
+
+    def track(self, ledger: Ledger) -> None:
+        """Keep the buffer's snapshots by draw for ``ledger``."""
+
+    def restore(self, snap: Snapshot) -> None:
+        """Before anything is put: the buffer's saved contents and generator."""
+
+
+class BatcherPart:
     """State and restore of one resumable batcher's stage.
 
     Args:
-        tracker: the pipeline's producer (None: none was built first).
-        shuffler: the batcher's shuffle buffer in exact mode, else None.
+        producer: the pipeline's producer's part (None: none was built first).
+        shuffle: the batcher's shuffle buffer in exact mode, else None.
         fingerprint: the batcher's shape (kinds, sizes, seeds, specs).
         exact: one source and one runner thread (a deterministic order).
     """
 
     def __init__(
         self,
-        tracker: ProducerTracker | None,
-        shuffler: ShuffleBuffer | None,
+        producer: ProducerPart | None,
+        shuffle: Shuffled | None,
         fingerprint: dict[str, Any],
         exact: bool,
     ) -> None:
-        self.tracker = tracker
-        self.ledger = Ledger(single=True if tracker is None else tracker.single)
-        self.shuffler = shuffler
+        self.producer = producer
+        self.ledger = Ledger(single=True if producer is None else producer.single)
+        self.shuffle = shuffle
         self.exact = exact
         self.fingerprint = fingerprint
         self._base_last: int | None = None  # FIFO exact: the last position before ticket 0
         self._loaded = False
-        if tracker is None:
+        if producer is None:
             self.ledger.untrace("the batcher was built before any producer of the pipeline")
-        if shuffler is not None:
-            shuffler.track(self.ledger)
+        if shuffle is not None:
+            shuffle.track(self.ledger)
 
     # -- runner side --------------------------------------------------------------
 
-    def note(self, report: prov.Report) -> None:
+    def note(self, report: Report) -> None:
         """One evaluation of a source: hand-outs and unit sizes."""
-        self.ledger.note(report, self.tracker)
+        self.ledger.note(report, self.producer)
 
-    def tags(self, report: prov.Report, rows: int) -> np.ndarray[Any, Any]:
+    def row_positions(self, report: Report, rows: int) -> np.ndarray[Any, Any]:
         """Positions of the ``rows`` rows an evaluation gave (-1 if unknown)."""
-        tags = report.row_tags()
+        tags = report.row_positions()
         if tags is None or tags.shape[0] != rows:
             got = "mixed" if tags is None else str(tags.shape[0])
             self.ledger.untrace(
@@ -92,25 +102,31 @@ class Resume:
             return np.full(rows, -1, dtype=np.int64)
         return tags
 
+    # -- consumer side ------------------------------------------------------------
+
+    def on_take(self, taken: np.ndarray[Any, Any]) -> None:
+        """The stage handed out one evaluation: file its rows' positions."""
+        self.ledger.deliver(taken)
+
     # -- state --------------------------------------------------------------------
 
     def state_dict(self, upto: int | None) -> dict[str, Any]:
         """The state as of ticket ``upto`` (see the module docstring)."""
         upto = self.ledger.check_upto(upto)
-        tracker = self.tracker
-        assert tracker is not None
-        if tracker.overflow:
+        producer = self.producer
+        assert producer is not None
+        if producer.overflow:
             raise InvalidArgumentError(
                 f"this pipeline cannot be resumed: its producer emitted more than "
-                f"{prov.WORKLIST_BASE} elements (epochs x elements), more than positions can name"
+                f"{positions.WORKLIST_BASE} elements (epochs x elements), more than positions can name"
             )
         view = self.ledger.any_view(upto)
         units = view.units.copy()
         worklist: list[Any] = []
-        wl = np.flatnonzero(units >= prov.WORKLIST_BASE)
+        wl = np.flatnonzero(units >= positions.WORKLIST_BASE)
         for k, i in enumerate(wl.tolist()):
-            worklist.append(tracker.value_of(int(units[i])))
-            units[i] = prov.WORKLIST_BASE + k
+            worklist.append(producer.value_of(int(units[i])))
+            units[i] = positions.WORKLIST_BASE + k
         index, counts, ranges = [], [], []
         for i, u in enumerate(view.units.tolist()):
             r = view.skips.get(u)
@@ -120,9 +136,9 @@ class Resume:
                 ranges.append(r.reshape(-1))
         state: dict[str, Any] = {
             "format": FORMAT,
-            "fingerprint": {"batcher": dict(self.fingerprint), "producer": tracker.fingerprint()},
+            "fingerprint": {"batcher": dict(self.fingerprint), "producer": producer.fingerprint()},
             "taken": upto,
-            "producer": {"seed": tracker.seed, "next": view.next},
+            "producer": {"seed": producer.seed, "next": view.next},
             "units": pack(units),
             "skips": {
                 "index": pack(np.asarray(index, dtype=np.int64)),
@@ -130,22 +146,22 @@ class Resume:
                 "ranges": pack(np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)),
             },
             "worklist": [_plain(v) for v in worklist],
-            "inputs": [to_text(v) for v in tracker.arr.tolist()] if tracker.kind == "string" else None,
-            "shard": tracker.shard,
+            "inputs": [to_text(v) for v in producer.arr.tolist()] if producer.kind == "string" else None,
+            "shard": producer.shard,
             "exact": self._exact_part(upto) if self.exact else None,
         }
         return state
 
     def _exact_part(self, upto: int) -> dict[str, Any] | None:
-        if self.shuffler is None:
-            last = self._base_last if upto == 0 else self.ledger.last_tag(upto)
-            if last is not None and (last >> prov.UNIT_SHIFT) >= prov.WORKLIST_BASE:
+        if self.shuffle is None:
+            last = self._base_last if upto == 0 else self.ledger.last_position(upto)
+            if last is not None and (last >> positions.UNIT_SHIFT) >= positions.WORKLIST_BASE:
                 return None
             return {"last": last, "buffer": None, "rng": None, "fed": 0}
         snap = self.ledger.snapshot(upto)
-        units = snap.buffer >> prov.UNIT_SHIFT
-        if (units >= prov.WORKLIST_BASE).any() or (
-            snap.last is not None and (snap.last >> prov.UNIT_SHIFT) >= prov.WORKLIST_BASE
+        units = snap.buffer >> positions.UNIT_SHIFT
+        if (units >= positions.WORKLIST_BASE).any() or (
+            snap.last is not None and (snap.last >> positions.UNIT_SHIFT) >= positions.WORKLIST_BASE
         ):
             return None
         return {"last": snap.last, "buffer": pack(snap.buffer), "rng": copy.deepcopy(snap.rng),
@@ -156,16 +172,16 @@ class Resume:
     def load_state_dict(self, state: dict[str, Any], runners: list[QueueRunner]) -> None:
         """Restore producer and batcher before anything ran (see Stage.load_state_dict)."""
         if self.ledger.taken or any(r.started for r in runners) or (
-            self.tracker is not None and self.tracker.started
+            self.producer is not None and self.producer.started
         ):
             raise FailedPreconditionError(
                 "load_state_dict() must come before the pipeline starts and before anything is "
                 "taken: build it inside `with feedq.Pipeline(state=...)`, or call "
                 "pipe.load_state_dict(state) before `with pipe:`"
             )
-        if self.tracker is None:
+        if self.producer is None:
             raise InvalidArgumentError("this stage has no producer to restore")
-        restore_producer(self.tracker, state)
+        restore_producer(self.producer, state)
         self.load_batcher(state)
 
     def load_batcher(self, state: dict[str, Any]) -> None:
@@ -173,14 +189,14 @@ class Resume:
         if self._loaded:
             raise FailedPreconditionError("this stage was already restored")
         check_state(state, self.fingerprint, None)
-        assert self.tracker is not None
-        view, worklist = _view(state, self.tracker.n)
+        assert self.producer is not None
+        view, worklist = _view(state, self.producer.n)
         self.ledger.load(view, len(worklist))
         exact = state["exact"]
         if self.exact and exact is not None:
             self._base_last = exact["last"]
-            if self.shuffler is not None:
-                self.shuffler.restore(Snapshot(unpack(exact["buffer"]), exact["rng"],
+            if self.shuffle is not None:
+                self.shuffle.restore(Snapshot(unpack(exact["buffer"]), exact["rng"],
                                                int(exact["fed"]), exact["last"]))
         self._loaded = True
 
@@ -236,7 +252,7 @@ def _view(state: dict[str, Any], n: int) -> tuple[AnyView, list[Any]]:
     return AnyView(int(nxt), units, skips), list(state["worklist"])
 
 
-def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
+def restore_producer(producer: ProducerPart, state: dict[str, Any]) -> None:
     """Give the producer its restore plan (before its runner runs).
 
     Exact states re-emit the shuffle buffer's units (only the saved records)
@@ -244,9 +260,9 @@ def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
     states re-emit the units not closed (without their delivered records)
     and continue at the saved stream position.
     """
-    check_state(state, None, tracker.fingerprint())
+    check_state(state, None, producer.fingerprint())
     if state.get("elastic"):
-        mine = [to_text(v) for v in tracker.arr.tolist()]
+        mine = [to_text(v) for v in producer.arr.tolist()]
         if state.get("inputs") != mine:
             shard = state.get("shard") or {}
             which = "rank r of N must read files[r::N]"
@@ -257,41 +273,41 @@ def restore_producer(tracker: ProducerTracker, state: dict[str, Any]) -> None:
                 "this rank's files are not the ones the re-sharded state was dealt for "
                 f"(the state is for {which})"
             )
-    tracker.seed = int(state["producer"]["seed"])
-    if tracker.shard is None:  # rank and world of a re-sharded run, saved again
-        tracker.shard = state.get("shard")
-    tracker._orders.clear()
-    view, worklist = _view(state, tracker.n)
+    producer.seed = int(state["producer"]["seed"])
+    if producer.shard is None:  # rank and world of a re-sharded run, saved again
+        producer.shard = state.get("shard")
+    producer._orders.clear()
+    view, worklist = _view(state, producer.n)
     worklist = [to_bytes(v) for v in worklist]
-    tracker._worklist = worklist
+    producer._worklist = worklist
 
     def value(u: int) -> Any:
-        return worklist[u - prov.WORKLIST_BASE] if u >= prov.WORKLIST_BASE else tracker.value_of(u)
+        return worklist[u - positions.WORKLIST_BASE] if u >= positions.WORKLIST_BASE else producer.value_of(u)
 
-    entries: list[tuple[int, Any, prov.UnitFilter | None]] = []
+    entries: list[tuple[int, Any, positions.UnitFilter | None]] = []
     exact = state["exact"]
     if exact is not None:
         if exact["buffer"] is not None:
             tags = unpack(exact["buffer"])
-            units, recs = tags >> prov.UNIT_SHIFT, tags & _MASK
+            units, recs = tags >> positions.UNIT_SHIFT, tags & positions.RECORD_MASK
             for u in np.unique(units).tolist():
-                only = None if tracker.single else np.sort(recs[units == u])
-                entries.append((u, value(u), prov.UnitFilter(only=only)))
+                only = None if producer.single else np.sort(recs[units == u])
+                entries.append((u, value(u), positions.UnitFilter(only=only)))
         last = exact["last"]
         if last is None:
             start = 0
         else:
-            unit, rec = last >> prov.UNIT_SHIFT, last & _MASK
+            unit, rec = last >> positions.UNIT_SHIFT, last & positions.RECORD_MASK
             start = unit + 1
-            if not tracker.single:
+            if not producer.single:
                 skip = np.array([[0, rec + 1]], dtype=np.int64)
-                entries.append((unit, value(unit), prov.UnitFilter(skip=skip)))
+                entries.append((unit, value(unit), positions.UnitFilter(skip=skip)))
     else:
         for u in view.units.tolist():
             skipped = view.skips.get(u)
-            entries.append((u, value(u), None if skipped is None else prov.UnitFilter(skip=skipped)))
+            entries.append((u, value(u), None if skipped is None else positions.UnitFilter(skip=skipped)))
         start = view.next
-    tracker.set_plan(entries, start, worklist)
+    producer.set_plan(entries, start, worklist)
 
 
 def to_text(value: Any) -> str:

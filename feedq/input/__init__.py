@@ -41,10 +41,10 @@ Layout (one idea per private module; import from ``feedq.input`` or
 (``limit_epochs`` and the input producers), ``_sources`` (what a batcher
 evaluates, ``keep_input``), ``_shuffle`` (the shuffle buffer of the
 shuffling batchers), ``_batching`` (the batchers). Resumption
-(``Pipeline(resumable=True)``, ``Stage.state_dict``): ``_positions`` (the
-producer side: unit codes, orders, restore plans), ``_ledger`` (the consumer
-side: delivered positions), ``_resume`` (the state, restore),
-``_reshard`` (:func:`reshard_states`, elastic re-sharding).
+(``Pipeline(resumable=True)``, ``Stage.state_dict``) lives in
+``feedq._resume`` (guide: ``docs/resume.md``): a resumable producer or
+batcher registers its part with the pipeline's registry and builds its
+stage with it; :func:`reshard_states` is ``feedq._resume.reshard``'s.
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ Every batcher is one output queue fed by one QueueRunner whose ops evaluate
 the sources (``_sources``) and enqueue what they give; shuffling batchers
 pass the elements through a :class:`~feedq.input._shuffle.ShuffleBuffer`
 first.
+
+In a resumable pipeline the batcher's queue has a hidden last column of
+positions: each enqueue op gathers the report of its source evaluation
+(``feedq._resume.report``), the stage is built with its
+:class:`~feedq._resume.state.BatcherPart`, registered with the pipeline's
+registry (``feedq._resume.registry``) before its runner can run.
 """
 
 from __future__ import annotations
@@ -15,16 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from feedq._resume import report as _provenance
-from feedq._resume.state import Resume
+from feedq._core import scope as _scope
+from feedq._resume import report as _report
+from feedq._resume.state import BatcherPart
 from feedq.errors import CancelledError, OutOfRangeError
 from feedq.input._shuffle import ShuffleBuffer
 from feedq.input._sources import _apply_keep, _block_size, _check_spec, _Source, check_keep_input
 from feedq.input._sparse import SparseCodec, SparseTable
 from feedq.input._stage import Stage, _reraise_cause
-from feedq.pipeline import current_pipeline, gate_ops, register_runner
 from feedq.queues import FIFOQueue, PaddingFIFOQueue, QueueBase
-from feedq.runners import QueueRunner
+from feedq.runners import QueueRunner, gate_ops
+from feedq.runners import add_queue_runner as register_runner
 
 LOG = logging.getLogger("feedq")
 
@@ -74,12 +81,12 @@ def _batcher(
     # Sparse components travel as int64 handles (see _sparse).
     dtypes = [np.dtype(np.int64) if sp else d for d, sp in zip(first.dtypes, first.sparse)]
     shapes = [[] if sp else (list(s) if s is not None else None) for s, sp in zip(first.shapes, first.sparse)]
-    pipe = current_pipeline()
+    pipe = _scope.current_pipeline()
     resumable = pipe is not None and pipe.resumable
     if resumable:
         if shared_name is not None:
             raise ValueError(f"{name}: a resumable pipeline's batcher cannot use a shared queue")
-        # A hidden last column: each row's position (feedq._resume.report).
+        # A hidden last column: each row's position (feedq._resume.positions).
         dtypes.append(np.dtype(np.int64))
         shapes.append([])
     if dynamic_pad:
@@ -96,7 +103,7 @@ def _batcher(
                                  writers=len(sources) * threads_per_source, dtypes=dtypes, shapes=shapes,
                                  name=name)
     finish = shuffler.writer_done if shuffler is not None else _nothing
-    resume: Resume | None = None
+    part: BatcherPart | None = None
     if resumable:
         assert pipe is not None
         exact = len(sources) == 1 and threads_per_source == 1
@@ -110,35 +117,36 @@ def _batcher(
             "enqueue_many": first.enqueue_many, "dynamic_pad": dynamic_pad,
             "allow_smaller_final_batch": allow_smaller_final_batch,
         }
-        resume = Resume(pipe._resume_producer(), shuffler if exact else None, fingerprint, exact)
+        part = BatcherPart(pipe.resumption.producer, shuffler if exact else None, fingerprint,
+                           exact)
         if keep_input is not None:
-            resume.ledger.untrace("maybe_* batchers (keep_input) drop rows and cannot be resumed")
+            part.ledger.untrace("maybe_* batchers (keep_input) drop rows and cannot be resumed")
 
     def make_op(src: _Source) -> Callable[[], None]:
         def enqueue_op() -> None:
-            report: _provenance.Report | None = None
+            report: _report.Report | None = None
             try:
-                if resume is None:
+                if part is None:
                     values, many = src.evaluate()
                 else:
-                    token = _provenance.begin()
+                    token = _report.begin()
                     try:
                         values, many = src.evaluate()
                     finally:
-                        report = _provenance.end(token)
+                        report = _report.end(token)
             except OutOfRangeError:
-                if resume is not None and report is not None:
-                    resume.note(report)
+                if part is not None and report is not None:
+                    part.note(report)
                 finish()
                 raise
             except CancelledError as exc:
-                if resume is not None and report is not None:
-                    resume.note(report)
+                if part is not None and report is not None:
+                    part.note(report)
                 _reraise_cause(exc)  # an upstream failure is an error here too (X3)
                 finish()
                 raise
-            if resume is not None and report is not None:
-                resume.note(report)
+            if part is not None and report is not None:
+                part.note(report)
             if codec is not None:
                 values = codec.rows(values, many)
             if keep_input is not None:
@@ -148,9 +156,9 @@ def _batcher(
                 values, many = kept
             if codec is not None:
                 values = codec.encode(values, many)
-            if resume is not None and report is not None:
-                tags = resume.tags(report, len(values[0]) if many else 1)
-                values = [*values, tags if many else tags[0]]
+            if part is not None and report is not None:
+                positions = part.row_positions(report, len(values[0]) if many else 1)
+                values = [*values, positions if many else positions[0]]
             if shuffler is not None:
                 shuffler.put(values, many)
             elif many:
@@ -164,18 +172,17 @@ def _batcher(
     # The default cancel op cancels `out`; the shuffle buffer needs none (see ShuffleBuffer).
     ops = [make_op(s) for s in sources for _ in range(threads_per_source)]
     runner = QueueRunner(out, gate_ops(ops, out))
-    if resume is not None:
+    if part is not None:
         assert pipe is not None
-        state = pipe._add_resumable(resume)  # the pipeline's state=..., if any
+        state = pipe.resumption.add_batcher(part)  # the pipeline's state=..., if any
         if state is not None:
-            resume.load_batcher(state)  # before the runner can put anything
+            part.load_batcher(state)  # before the runner can put anything
     register_runner(runner)
     upstream = [u for s in sources for u in s.upstream]
     stage = Stage(out, runner, names=first.names, single=first.single, batch_size=int(batch_size),
                   smaller_final=allow_smaller_final_batch, upstream=upstream, sparse=stage_sparse,
-                  sparse_table=None if codec is None else codec.table, hidden=1 if resumable else 0)
-    stage._resume = resume
-    stage._shuffle = None if shuffler is None else (shuffler, int(capacity))
+                  sparse_table=None if codec is None else codec.table, resumption=part,
+                  shuffle=None if shuffler is None else (shuffler, int(capacity)))
     return stage
 
 

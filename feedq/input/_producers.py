@@ -2,6 +2,12 @@
 
 Each producer is one FIFOQueue and one QueueRunner whose single op enqueues
 a whole epoch at a time (IP2), with epochs counted in plain Python (X2).
+
+In a resumable pipeline the producer's queue has a hidden last column of
+unit codes, and the stage is built with its
+:class:`~feedq._resume.producer.ProducerPart`, registered with the
+pipeline's registry (``feedq._resume.registry``) and restored before its
+runner can run.
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ from typing import Any, overload
 
 import numpy as np
 
-from feedq._resume.producer import ProducerTracker
+from feedq._core import scope as _scope
+from feedq._resume.producer import ProducerPart
 from feedq._resume.state import restore_producer
 from feedq.errors import NotFoundError, OutOfRangeError
 from feedq.input._sources import as_array as _as_array
 from feedq.input._stage import Stage
-from feedq.pipeline import current_pipeline, gate_ops, register_runner
 from feedq.queues import STRING, FIFOQueue
-from feedq.runners import QueueRunner
+from feedq.runners import QueueRunner, gate_ops
+from feedq.runners import add_queue_runner as register_runner
 
 __all__ = [
     "input_producer",
@@ -87,6 +94,7 @@ def _producer(
     cancel_op: Callable[[], Any] | None,
     kind: str = "input",
     extra: dict[str, Any] | None = None,
+    shard: dict[str, int] | None = None,
 ) -> Stage:
     if arr.ndim == 0:
         raise ValueError(f"{name}: the input must have a leading dimension, got a scalar")
@@ -97,7 +105,7 @@ def _producer(
     if _resumable():
         return _resumable_producer(arr, shape, epochs, shuffle=shuffle, seed=seed, capacity=capacity,
                                    shared_name=shared_name, name=name, cancel_op=cancel_op, kind=kind,
-                                   extra=extra)
+                                   extra=extra, shard=shard)
     q = FIFOQueue(capacity, [STRING if arr.dtype == object else arr.dtype], shapes=[list(shape)],
                   shared_name=shared_name, name=name)
     n = arr.shape[0]
@@ -130,26 +138,24 @@ def _resumable_producer(
     cancel_op: Callable[[], Any] | None,
     kind: str,
     extra: dict[str, Any] | None,
+    shard: dict[str, int] | None,
 ) -> Stage:
     """A producer whose queue also carries each element's unit code
-    (``_positions``), in a resumable pipeline."""
+    (``feedq._resume.producer``), in a resumable pipeline."""
     if shared_name is not None:
         raise ValueError(f"{name}: a resumable pipeline's producer cannot use a shared queue")
-    tracker = ProducerTracker(arr, kind, shuffle=shuffle, seed=seed, epochs=epochs,
-                              single=kind != "string")
-    tracker.fingerprint_extra = extra
+    part = ProducerPart(arr, kind, shuffle=shuffle, seed=seed, epochs=epochs,
+                        single=kind != "string", fingerprint_extra=extra, shard=shard)
     q = FIFOQueue(capacity, [STRING if arr.dtype == object else arr.dtype, np.int64],
                   shapes=[list(shape), []], name=name)
-    pipe = current_pipeline()
+    pipe = _scope.current_pipeline()
     assert pipe is not None
-    state = pipe._add_producer(tracker)  # the pipeline's state=..., if any
+    state = pipe.resumption.add_producer(part)  # the pipeline's state=..., if any
     if state is not None:
-        restore_producer(tracker, state)  # before the runner can run
-    runner = QueueRunner(q, gate_ops([tracker.enqueue_op(q)], q), cancel_op=cancel_op)
+        restore_producer(part, state)  # before the runner can run
+    runner = QueueRunner(q, gate_ops([part.enqueue_op(q)], q), cancel_op=cancel_op)
     register_runner(runner)
-    stage = Stage(q, runner, names=None, single=True, epochs=epochs, hidden=1)
-    stage._tracker = tracker
-    return stage
+    return Stage(q, runner, names=None, single=True, epochs=epochs, resumption=part)
 
 
 def input_producer(
@@ -220,13 +226,11 @@ def string_input_producer(
     arr = _as_array(strings, "string_input_producer")
     if arr.ndim != 1:
         raise ValueError(f"string_input_producer expects a 1-D list of strings, got shape {list(arr.shape)}")
-    stage = _producer(arr, element_shape=None, num_epochs=num_epochs, shuffle=shuffle, seed=seed,
-                      capacity=capacity, shared_name=shared_name, name=name or "input_producer",
-                      cancel_op=cancel_op, kind="string")
     shard = getattr(string_tensor, "feedq_shard", None)  # from distributed.shard_files
-    if shard is not None and stage._tracker is not None:
-        stage._tracker.shard = dict(shard)  # saved in the state, for reshard_states
-    return stage
+    return _producer(arr, element_shape=None, num_epochs=num_epochs, shuffle=shuffle, seed=seed,
+                     capacity=capacity, shared_name=shared_name, name=name or "input_producer",
+                     cancel_op=cancel_op, kind="string",
+                     shard=None if shard is None else dict(shard))  # saved in the state, for reshard_states
 
 
 class _MatchedFiles(Sequence[str]):
@@ -366,7 +370,7 @@ def slice_input_producer(
 
 
 def _resumable() -> bool:
-    pipe = current_pipeline()
+    pipe = _scope.current_pipeline()
     return pipe is not None and pipe.resumable
 
 
@@ -387,8 +391,7 @@ class _SliceStage(Stage):
 
     def __init__(self, index: Stage, tensors: list[np.ndarray[Any, Any]], names: list[str] | None, single: bool) -> None:
         super().__init__(index.queue, index.runner, names=names, single=single, epochs=index._epochs,
-                         hidden=index._hidden)
-        self._tracker = index._tracker
+                         resumption=index._resumption)
         self._tensors = tensors
 
     @property

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from feedq._resume import snaplog as _snaplog
+from feedq._resume import snapshot_log as _snapshot_log
 from feedq._resume.ledger import Ledger, Snapshot
-from feedq._resume.snaplog import SnapshotLog
+from feedq._resume.snapshot_log import SnapshotLog
 from feedq.errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
 from feedq.queues import QueueBase, RandomShuffleQueue
 
@@ -67,7 +67,7 @@ class ShuffleBuffer:
         self._fed = 0  # rows put by put(many=True) so far; guarded by self._lock
         # Exact resumption (a resumable pipeline; the last column holds
         # positions): what the buffer does is logged for the ledger's
-        # snapshots (see _snaplog).
+        # snapshots (see feedq._resume.snapshot_log).
         self._log: SnapshotLog | None = None
         self._draws = 0
         self._last: int | None = None  # position of the last row put
@@ -223,7 +223,7 @@ class ShuffleBuffer:
                 # Before the batch can be taken: state_dict() may ask for it.
                 draw = self._draws
                 self._draws = draw + 1
-                if draw % _snaplog.CHECKPOINT_EVERY == 0:
+                if draw % _snapshot_log.CHECKPOINT_EVERY == 0:
                     log.checkpoint(draw, self._snapshot())
                 else:
                     log.draw(draw, self._fed, self._last, final)

@@ -4,6 +4,11 @@ A :class:`Stage` is what TF1 returned as a tensor from an input function;
 ``feedq.input`` builds them (producers and batchers) and this module holds
 how they are evaluated: element or batch reads, the X1 check that a runner
 feeding the stage was started, and X3 error forwarding.
+
+A stage of a resumable pipeline is built with its resumption part
+(``docs/resume.md``): a producer's :class:`~feedq._resume.producer.ProducerPart`
+or a batcher's :class:`~feedq._resume.state.BatcherPart`. Its queue's last
+column is hidden (unit codes, positions); every take hands it to the part.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from feedq._resume import report as _provenance
+from feedq._core import scope as _scope
+from feedq._resume.producer import ProducerPart
+from feedq._resume.state import BatcherPart
 from feedq.errors import (
     CancelledError,
     FailedPreconditionError,
@@ -22,14 +29,12 @@ from feedq.errors import (
     OutOfRangeError,
 )
 from feedq.input._sparse import SparseTable, batch_sparse
-from feedq.pipeline import current_pipeline
 from feedq.queues import QueueBase, QueueStatistics
 from feedq.runners import QueueRunner, QueueRunnerStatistics, runner_events
 
 if TYPE_CHECKING:
-    from feedq._resume.producer import ProducerTracker
-    from feedq._resume.state import Resume
     from feedq.input._producers import _Epochs
+    from feedq.input._shuffle import ShuffleBuffer
 
 __all__ = ["Stage", "StageStatistics"]
 
@@ -60,6 +65,11 @@ class Stage:
     for one component, else a list. A sparse component (B12, see
     ``feedq.input._sparse``) is a :class:`feedq.readers.SparseTensorValue`
     for the whole batch.
+
+    A stage is made whole by its builder: ``resumption`` (a resumable
+    pipeline's producer or batcher part; the queue's last column is then
+    hidden) and ``shuffle`` (a shuffling batcher's buffer and the capacity
+    asked for, for the statistics) are given here, never set later.
     """
 
     def __init__(
@@ -75,16 +85,16 @@ class Stage:
         epochs: _Epochs | None = None,
         sparse: list[tuple[np.dtype[Any], int] | None] | None = None,
         sparse_table: SparseTable | None = None,
-        hidden: int = 0,
+        resumption: ProducerPart | BatcherPart | None = None,
+        shuffle: tuple[ShuffleBuffer, int] | None = None,
     ) -> None:
         self._queue = queue
-        # Resumable pipelines: the queue's last ``hidden`` columns are not
-        # the stage's (a producer's unit codes, a batcher's positions).
-        self._hidden = hidden
-        self._tracker: ProducerTracker | None = None
-        self._resume: Resume | None = None
+        # Resumable pipelines: the queue's last column is not the stage's (a
+        # producer's unit codes, a batcher's positions); takes go to the part.
+        self._resumption = resumption
+        self._hidden = 0 if resumption is None else 1
         # A shuffling batcher's (ShuffleBuffer, capacity given), for the statistics.
-        self._shuffle: tuple[Any, int] | None = None
+        self._shuffle = shuffle
         self._runner = runner
         self._names = names
         self._single = single
@@ -98,7 +108,7 @@ class Stage:
         self._sparse_table = sparse_table
         self._dropped = 0
         self._checked = False
-        pipe = current_pipeline()
+        pipe = _scope.current_pipeline()
         self._pipeline = pipe
         if pipe is not None:
             pipe.output = self
@@ -182,7 +192,7 @@ class Stage:
         if self._checked:
             return
         pipe = self._pipeline
-        if pipe is not None and getattr(pipe, "_pending_state", None) is not None:
+        if pipe is not None and pipe.resumption.pending is not None:
             raise InvalidArgumentError(
                 "the pipeline's state=... was never restored: it needs a producer and a batcher "
                 "built inside the pipeline"
@@ -233,14 +243,9 @@ class Stage:
         if q.is_closed() and q.size() == 0:
             runner_events.notify()  # drained: a dependency on this queue is done
         cols = out if isinstance(out, list) else [out]
-        if self._hidden:
+        if self._resumption is not None:
             cols = list(cols)
-            hidden = np.asarray(cols.pop())
-            if self._tracker is not None:
-                units, filters = self._tracker.resolve(hidden)
-                _provenance.note_taken(self._tracker, units, filters)
-            elif self._resume is not None:
-                self._resume.ledger.deliver(hidden)
+            self._resumption.on_take(np.asarray(cols.pop()))
         if self._sparse is not None:
             self._decode_sparse(cols, batched=how != "one")
         return cols
@@ -305,11 +310,12 @@ class Stage:
         Counted for stages of a resumable pipeline (see :meth:`state_dict`);
         0 otherwise.
         """
-        return 0 if self._resume is None else self._resume.ledger.taken
+        part = self._resumption
+        return part.ledger.taken if isinstance(part, BatcherPart) else 0
 
     def state_dict(self, upto: int | None = None) -> dict[str, Any]:
         """Where a consumer of this stage is: what a new process needs to
-        go on exactly from here (see ``docs/design.md``, "Resumption").
+        go on exactly from here (see ``docs/resume.md``).
 
         The state describes what was *taken* from the stage (delivered),
         not what readers have read: elements in queues and the shuffle
@@ -329,9 +335,10 @@ class Stage:
                 without positions went through it), or ``upto`` is out of
                 the window.
         """
-        if self._resume is None:
+        part = self._resumption
+        if not isinstance(part, BatcherPart):
             raise InvalidArgumentError(_NOT_RESUMABLE)
-        return self._resume.state_dict(upto)
+        return part.state_dict(upto)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from :meth:`state_dict` of the same
@@ -343,9 +350,10 @@ class Stage:
             InvalidArgumentError: the stage is not resumable, or the state is
                 from another pipeline (it names what differs).
         """
-        if self._resume is None:
+        part = self._resumption
+        if not isinstance(part, BatcherPart):
             raise InvalidArgumentError(_NOT_RESUMABLE)
-        self._resume.load_state_dict(state, list(self._runners()))
+        part.load_state_dict(state, list(self._runners()))
 
     def __iter__(self) -> Iterator[Any]:
         """Evaluations until the end of the data (or a clean stop)."""

@@ -227,7 +227,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
         if pipe is not None and pipe.resumable:
             # The pipeline's output: its state_dict is ours, and its state=...
             # (if any) is ours to start from.
-            pending = pipe._add_resumable(self)
+            pending = pipe.resumption.add_batcher(self)
             if pending is not None and state is None:
                 state = pending
         if state is not None:

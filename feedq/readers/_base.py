@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
+from feedq._core import positions as _positions
 from feedq._core import scope as _scope
 from feedq._core.timeouts import resolve_timeout
-from feedq._resume import report as _provenance
 from feedq.errors import InvalidArgumentError
 from feedq.readers._block import RecordBlock
 from feedq.readers._io import INTERRUPTS, ByteStream, Waiter
@@ -132,9 +132,10 @@ class ReaderBase:
         self._records = 0
         self._units = 0
         self._skipped = 0
-        # Resumable pipelines (feedq._resume.report): the current unit's id and
-        # re-read filter, and the index of its next record.
-        self._unit: _provenance.Unit | None = None  # guarded by self._lock
+        # Resumable pipelines (feedq._core.positions): the current unit (its
+        # re-read filter, where its positions are reported), and the index of
+        # its next record.
+        self._unit: _positions.Unit | None = None  # guarded by self._lock
         self._unit_next = 0  # guarded by self._lock
         # Bounds waits for pipes: the deadline of the call in progress, and
         # close() from another thread.
@@ -441,7 +442,7 @@ class ReaderBase:
         item = queue.dequeue(timeout=timeout)
         wu = _as_work_unit(item)
         self._work_unit = wu
-        self._unit = _provenance.claim_unit()
+        self._unit = _positions.claim_unit()
         self._unit_next = 0
         try:
             self._open(wu)
@@ -476,26 +477,26 @@ class ReaderBase:
         """Continue the current file at ``offset`` after a skipped record."""
         raise NotImplementedError
 
-    def _track(self, unit: _provenance.Unit, block: Any) -> Any:
+    def _track(self, unit: _positions.Unit, block: Any) -> Any:
         """Report the positions of ``block``'s records and drop those the
         unit's re-read filter excludes (resumable pipelines)."""
         first = self._unit_next
         self._unit_next += len(block)
         if unit.filter is None:  # the usual case: one arange of positions
-            _provenance.report_range(unit, first, len(block))
+            unit.report_range(first, len(block))
             return block
         records = np.arange(first, first + len(block), dtype=np.int64)
         mask = unit.filter.keep(records)
         if not mask.all():
             block = _subset(block, mask)
             records = records[mask]
-        _provenance.report_rows(unit, records)
+        unit.report_rows(records)
         return block
 
     def _finish_unit(self, *, completed: bool) -> None:
         unit, self._unit = self._unit, None
         if unit is not None and (completed or self.on_error == "skip"):
-            _provenance.report_size(unit, self._unit_next)
+            unit.report_size(self._unit_next)
         self._close_stream()
         self._work_unit = None
         self._pending = None

@@ -1,4 +1,12 @@
-"""Pipelines, data and the training child of the resumption tests.
+"""Pipelines, data, the save/restore harness and the training child of the
+resumption tests.
+
+The harness (STYLE.md 10): :func:`run_to` builds a pipeline in
+``feedq.Pipeline(resumable=True, state=...)``, takes batches up to a stop
+point and saves; :func:`save_restore` does that at each stop point of a
+list, restores each saved state in a new pipeline and gives the pieces;
+:func:`check_save_restore` asserts that the batches before and after each
+stop are the uninterrupted run's.
 
 Run as a script (``python tests/resume/_support.py CONFIG.json``) it is the
 "training process" the SIGKILL tests kill: it builds the pipeline, consumes
@@ -10,11 +18,15 @@ the shuffle buffer) until the parent kills it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +134,123 @@ def as_arrays(batch: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """(record ids, the other component) of a batch."""
     ids, other = batch
     return np.asarray(ids).copy(), np.asarray(other).copy()
+
+
+# -- the save/restore harness ----------------------------------------------------------
+
+Build = Callable[[feedq.Pipeline], Any]
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Something the harness saves and restores (a pipeline, a process stage).
+
+    Attributes:
+        open: a context manager over a new instance, restored from the
+            given state (None: from the start) before anything runs.
+        take: up to ``n`` batches from an open instance (None: to the end),
+            each as the test compares them (copies).
+        save: an open instance's state as of its first ``upto`` batches.
+    """
+
+    open: Callable[[dict[str, Any] | None], AbstractContextManager[Any]]
+    take: Callable[[Any, int | None], list[Any]]
+    save: Callable[[Any, int], dict[str, Any]]
+
+
+def pipeline(build: Build, key: Callable[[Any], Any] = as_arrays) -> Subject:
+    """``build`` inside ``feedq.Pipeline(resumable=True, state=...)``; its
+    batches as ``key`` gives them."""
+
+    @contextlib.contextmanager
+    def open_(state: dict[str, Any] | None) -> Iterator[feedq.Pipeline]:
+        with feedq.Pipeline(resumable=True, state=state) as pipe:
+            build(pipe)
+            yield pipe
+
+    def take(pipe: feedq.Pipeline, n: int | None) -> list[Any]:
+        got: list[Any] = []
+        batches = iter(pipe)
+        while n is None or len(got) < n:
+            batch = next(batches, None)
+            if batch is None:
+                break
+            got.append(key(batch))
+        return got
+
+    return Subject(open_, take, lambda pipe, upto: pipe.state_dict(upto=upto))
+
+
+def _subject(what: Build | Subject, key: Callable[[Any], Any]) -> Subject:
+    return what if isinstance(what, Subject) else pipeline(what, key)
+
+
+def run_to(what: Build | Subject, state: dict[str, Any] | None = None, stop: int | None = None,
+           key: Callable[[Any], Any] = as_arrays, upto: int | None = None,
+           ) -> tuple[list[Any], dict[str, Any]]:
+    """Open ``what`` (a :class:`Subject`, or a build function of a pipeline
+    whose batches ``key`` maps) restored from ``state``, take ``stop``
+    batches (None: all of them), and save: the batches and the state as of
+    batch ``upto`` (default: all taken), after a pickle round trip (what a
+    checkpoint file holds)."""
+    subject = _subject(what, key)
+    with subject.open(state) as run:
+        got = subject.take(run, stop)
+        saved = subject.save(run, len(got) if upto is None else upto)
+    return got, pickle.loads(pickle.dumps(saved))
+
+
+def same(a: list[Any], b: list[Any]) -> bool:
+    """Whether two runs' batches are equal, batch by batch (a batch: an
+    array, or a tuple of arrays)."""
+    def equal(x: Any, y: Any) -> bool:
+        if isinstance(x, tuple):
+            return isinstance(y, tuple) and len(x) == len(y) and all(
+                np.array_equal(p, q) for p, q in zip(x, y))
+        return bool(np.array_equal(x, y))
+
+    return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+
+
+@dataclass
+class Resumed:
+    """One stop point of :func:`save_restore`.
+
+    Attributes:
+        stop: batches counted as delivered when the state was saved.
+        before: the batches the saving run took (``stop + ahead`` of them).
+        state: the state saved as of ``stop``.
+        after: what a new instance restored from ``state`` delivered.
+    """
+
+    stop: int
+    before: list[Any]
+    state: dict[str, Any]
+    after: list[Any]
+
+
+def save_restore(what: Build | Subject, stops: Iterable[int],
+                 key: Callable[[Any], Any] = as_arrays, ahead: int = 0) -> Iterator[Resumed]:
+    """At each stop point ``k``: run ``k + ahead`` batches and save the state
+    as of batch ``k`` (the ``ahead`` ones count as not delivered, as a
+    prefetcher's), then restore it in a new instance and run that to the end."""
+    subject = _subject(what, key)
+    for k in stops:
+        before, state = run_to(subject, None, k + ahead, upto=k)
+        after, _ = run_to(subject, state, None)
+        yield Resumed(k, before, state, after)
+
+
+def check_save_restore(what: Build | Subject, stops: Iterable[int],
+                       key: Callable[[Any], Any] = as_arrays, full: list[Any] | None = None,
+                       ) -> None:
+    """Stopped and restored at each of ``stops``: the batches before and
+    after are the uninterrupted run's (``full``, run here if not given)."""
+    subject = _subject(what, key)
+    if full is None:
+        full, _ = run_to(subject, None, None)
+    for r in save_restore(subject, stops):
+        assert same(r.before + r.after, full), r.stop
 
 
 def run(data: dict[str, Any], mode: str, epochs: int, state: dict[str, Any] | None = None,

@@ -3,7 +3,6 @@ reads, dynamic padding and sparse components."""
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +22,6 @@ from feedq.readers import (
 from tests.resume import _support as rs
 
 
-def _run_to(build: Any, state: dict[str, Any] | None, k: int | None, key: Any) -> tuple[list[Any], dict[str, Any]]:
-    got = []
-    with feedq.Pipeline(resumable=True, state=state) as pipe:
-        build(pipe)
-        for i, batch in enumerate(pipe):
-            got.append(key(batch))
-            if k is not None and i + 1 == k:
-                break
-        state = pipe.state_dict(upto=len(got))
-    return got, pickle.loads(pickle.dumps(state))
-
-
-def _same(a: list[Any], b: list[Any]) -> bool:
-    return len(a) == len(b) and all(
-        all(np.array_equal(x, y) for x, y in zip(p, q)) for p, q in zip(a, b)
-    )
-
-
 @pytest.mark.parametrize("fmt", ["csv", "memory"])
 @pytest.mark.parametrize("mode", ["exact", "fifo", "threads"])
 def test_restore_a_restored_run(tmp_path: Path, fmt: str, mode: str) -> None:
@@ -55,13 +36,13 @@ def test_restore_a_restored_run(tmp_path: Path, fmt: str, mode: str) -> None:
     state = None
     got: list[Any] = []
     for k in (7, 5, 1, None):
-        part, state = _run_to(build, state, k, rs.as_arrays)
+        part, state = rs.run_to(build, state, k)
         got += part
     if mode == "threads":
         ids = np.sort(np.concatenate([g[0] for g in got]))
         np.testing.assert_array_equal(ids, np.arange(data["total"]))
     else:
-        assert _same(got, rs.run(data, mode, epochs))
+        assert rs.same(got, rs.run(data, mode, epochs))
 
 
 def _csv(tmp_path: Path) -> list[str]:
@@ -99,11 +80,7 @@ def test_single_record_reads_and_dynamic_pad(tmp_path: Path) -> None:
 
     for build, key in ((shuffled, lambda b: (np.asarray(b).copy(),)),
                        (padded, lambda b: (b[0].copy(), b[1].copy()))):
-        full, _ = _run_to(build, None, None, key)
-        for k in (1, 9, 15):
-            before, state = _run_to(build, None, k, key)
-            after, _ = _run_to(build, state, None, key)
-            assert _same(before + after, full), k
+        rs.check_save_restore(build, (1, 9, 15), key)
 
 
 def test_sparse_components(tmp_path: Path) -> None:
@@ -134,8 +111,4 @@ def test_sparse_components(tmp_path: Path) -> None:
     def key(b: dict[str, Any]) -> tuple[Any, ...]:
         return b["id"].copy(), np.asarray(b["v"].values).copy(), np.asarray(b["v"].indices).copy()
 
-    full, _ = _run_to(build, None, None, key)
-    for k in (2, 6):
-        before, state = _run_to(build, None, k, key)
-        after, _ = _run_to(build, state, None, key)
-        assert _same(before + after, full), k
+    rs.check_save_restore(build, (2, 6), key)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import feedq
-from feedq._resume import report as prov
+from feedq._resume import positions
 from feedq._resume.ledger import unpack
 from feedq.errors import InvalidArgumentError
 from feedq.readers import TextLineReader, decode_csv
@@ -82,7 +82,7 @@ def _begun(state: dict[str, Any]) -> int:
 def _owed(state: dict[str, Any], size_of: dict[str, int]) -> int:
     """Records of a re-sharded state's work list (its files less their skips)."""
     units = unpack(state["units"])
-    assert (units >= prov.WORKLIST_BASE).all()
+    assert (units >= positions.WORKLIST_BASE).all()
     skipped = unpack(state["skips"]["ranges"]).reshape(-1, 2)
     return sum(size_of[f] for f in state["worklist"]) - int((skipped[:, 1] - skipped[:, 0]).sum())
 

@@ -12,6 +12,7 @@ uninterrupted run (deterministic order) or cover every batch exactly once
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
@@ -19,7 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from feedq.process import ProcessStage, process_stage
 from tests.conftest import wait_until
 from tests.process._support import no_process_leaks, own_segments, wait_dead  # noqa: F401
 from tests.resume import _builds as builds
+from tests.resume import _support as rs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -225,8 +227,6 @@ def test_state_is_plain_small_data() -> None:
 
 @pytest.fixture(scope="module")
 def csv_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from tests.resume import _support as rs
-
     folder = tmp_path_factory.mktemp("csv")
     rs.write_data(folder, "csv", files=6)
     return str(folder)
@@ -243,41 +243,36 @@ def ids_of(stage: ProcessStage, n: int | None = None) -> list[np.ndarray]:
     return out
 
 
+def csv_stages(build: Callable[[int, int], Any], **kwargs: Any) -> rs.Subject:
+    """Process stages over ``build`` for the save/restore harness."""
+
+    @contextlib.contextmanager
+    def open_(state: dict[str, Any] | None) -> Iterator[ProcessStage]:
+        with process_stage(build, 2, seed=5, resumable=True, **kwargs) as s:
+            if state is not None:
+                s.load_state_dict(state)
+            yield s
+
+    return rs.Subject(open_, ids_of, lambda s, upto: s.state_dict(upto=upto))
+
+
 def test_csv_pipelines_resume_exactly(csv_folder: str) -> None:
     """One reader and runner thread per worker: the restored run delivers
     the very batches of the uninterrupted one, across the epoch boundary."""
-    build = functools.partial(builds.csv_pipeline, csv_folder, False)
-
-    def stage() -> ProcessStage:
-        return process_stage(build, 2, epochs=2, seed=5, resumable=True)
-
-    with stage() as s:
-        full = ids_of(s)
+    stages = csv_stages(functools.partial(builds.csv_pipeline, csv_folder, False), epochs=2)
+    full, _ = rs.run_to(stages)
     total = sum(len(b) for b in full)
     assert sorted(np.concatenate(full).tolist()) == sorted(list(range(total // 2)) * 2)
-    for k in (5, len(full) // 2 + 1):  # mid-epoch 0, and in epoch 1
-        with stage() as s:
-            got = ids_of(s, k)
-            state = pickle.loads(pickle.dumps(s.state_dict()))
-        with stage() as s:
-            s.load_state_dict(state)
-            rest = ids_of(s)
-        assert len(got) + len(rest) == len(full)
-        for a, b in zip(got + rest, full):
-            np.testing.assert_array_equal(a, b)
+    rs.check_save_restore(stages, (5, len(full) // 2 + 1), full=full)  # mid-epoch 0, in epoch 1
 
 
 def test_threaded_csv_pipelines_deliver_every_record_once(csv_folder: str) -> None:
     """3 readers per worker, first-ready order: timing decides the order, and
     every record not delivered before the save comes exactly once after."""
-    build = functools.partial(builds.csv_pipeline, csv_folder, True)
-    with process_stage(build, 2, seed=5, order="first_ready", resumable=True) as s:
-        got = ids_of(s, 7)
-        state = s.state_dict(upto=5)  # two taken, not delivered
-    with process_stage(build, 2, seed=5, order="first_ready", resumable=True) as s:
-        s.load_state_dict(state)
-        rest = ids_of(s)
-    ids = np.concatenate(got[:5] + rest).tolist()
+    stages = csv_stages(functools.partial(builds.csv_pipeline, csv_folder, True),
+                        order="first_ready")
+    (r,) = rs.save_restore(stages, (5,), ahead=2)  # two taken, not delivered
+    ids = np.concatenate(r.before[:5] + r.after).tolist()
     assert sorted(ids) == list(range(len(ids)))
 
 

@@ -25,10 +25,15 @@ from feedq.readers import TextLineReader, decode_csv
 from tests.resume import _support as rs
 
 
+def _first(batch: Any) -> np.ndarray:
+    """A batch's first component (a copy)."""
+    return np.asarray(batch[0] if isinstance(batch, list) else batch).copy()
+
+
 def _consume(stage_or_pipe: Any, k: int | None = None) -> list[np.ndarray]:
     out = []
     for i, batch in enumerate(stage_or_pipe):
-        out.append(np.asarray(batch[0] if isinstance(batch, list) else batch).copy())
+        out.append(_first(batch))
         if k is not None and i + 1 == k:
             break
     return out
@@ -66,15 +71,16 @@ def test_exact_resume_every_k_with_upto(tmp_path: Path, mode: str) -> None:
     data = rs.write_data(tmp_path, "csv", files=3)
     reference = rs.run(data, mode, 2)
     n = len(reference)
-    for k in (0, 1, n // 2, n - 1, n):
-        with feedq.Pipeline(resumable=True) as pipe:
-            stage = rs.build(pipe, data, mode, 2)
-            taken = _consume(pipe, min(n, k + 3))
-            assert stage.taken == len(taken)
-            state = pipe.state_dict(upto=k)
-        after = rs.run(data, mode, 2, state=pickle.loads(pickle.dumps(state)))
-        assert len(after) == n - k
-        for a, ref in zip(after, reference[k:]):
+    stages: list[feedq.Stage] = []
+
+    def build(pipe: feedq.Pipeline) -> None:
+        stages.append(rs.build(pipe, data, mode, 2))
+
+    for r in rs.save_restore(build, (0, 1, n // 2, n - 1, n), ahead=3):
+        assert len(r.before) == min(n, r.stop + 3)
+        assert stages[-2].taken == len(r.before)  # the saving run's stage
+        assert len(r.after) == n - r.stop
+        for a, ref in zip(r.after, reference[r.stop:]):
             np.testing.assert_array_equal(a[0], ref[0])
             np.testing.assert_array_equal(a[1], ref[1])
 
@@ -83,13 +89,13 @@ def test_any_mode_exactly_once_with_upto(tmp_path: Path) -> None:
     """Three reader threads: every record not delivered as of ``upto`` comes
     exactly once after a restore, none that was."""
     data = rs.write_data(tmp_path, "tfrecord", files=5)
-    for k in (0, 3, 10):
-        with feedq.Pipeline(resumable=True) as pipe:
-            rs.build(pipe, data, "threads", 1)
-            got = _consume(pipe, k + 2)
-            state = pipe.state_dict(upto=k)
-        after = rs.run(data, "threads", 1, state=state)
-        ids = np.sort(np.concatenate(got[:k] + [a[0] for a in after]))
+
+    def build(pipe: feedq.Pipeline) -> None:
+        rs.build(pipe, data, "threads", 1)
+
+    for r in rs.save_restore(build, (0, 3, 10), ahead=2):
+        got = [ids for ids, _ in r.before]
+        ids = np.sort(np.concatenate(got[: r.stop] + [a[0] for a in r.after]))
         np.testing.assert_array_equal(ids, np.arange(data["total"]))
 
 
@@ -132,7 +138,7 @@ def test_state_before_anything_and_after_the_end(tmp_path: Path) -> None:
 
 
 def _rank_run(paths: list[str], state: dict[str, Any] | None, stop: int | None) -> tuple[list[np.ndarray], dict[str, Any]]:
-    with feedq.Pipeline(resumable=True, state=state) as pipe:
+    def build(pipe: feedq.Pipeline) -> None:
         files = feedq.string_input_producer(paths, num_epochs=1, seed=5)
         reader = pipe.closing(TextLineReader())
 
@@ -142,8 +148,8 @@ def _rank_run(paths: list[str], state: dict[str, Any] | None, stop: int | None) 
 
         feedq.shuffle_batch(read, 8, capacity=200, min_after_dequeue=100, seed=1, enqueue_many=True,
                             dtypes=[np.int32], shapes=[[]], allow_smaller_final_batch=True)
-        got = _consume(pipe, stop)
-        return got, pipe.state_dict()
+
+    return rs.run_to(build, state, stop, key=_first)
 
 
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 2)])
@@ -293,29 +299,25 @@ def test_parquet_any_mode_filters_column_blocks(tmp_path: Path) -> None:
         paths.append(str(path))
         total += n
 
-    def run(state: dict[str, Any] | None, stop: int | None) -> tuple[list[np.ndarray], dict[str, Any]]:
-        with feedq.Pipeline(resumable=True, state=state) as pipe:
-            files = feedq.string_input_producer(paths, num_epochs=1, seed=2)
-            readers = [pipe.closing(feedq.readers.ParquetReader()) for _ in range(2)]
+    def build(pipe: feedq.Pipeline) -> None:
+        files = feedq.string_input_producer(paths, num_epochs=1, seed=2)
+        readers = [pipe.closing(feedq.readers.ParquetReader()) for _ in range(2)]
 
-            def read(r: Any) -> list[Any]:
-                return [r.read_block(files, 20).values()["id"]]
+        def read(r: Any) -> list[Any]:
+            return [r.read_block(files, 20).values()["id"]]
 
-            feedq.shuffle_batch_join([lambda r=r: read(r) for r in readers], 8, capacity=120,
-                                     min_after_dequeue=60, enqueue_many=True, dtypes=[np.int64],
-                                     shapes=[[]], allow_smaller_final_batch=True)
-            got = _consume(pipe, stop)
-            return got, pipe.state_dict(upto=len(got))
+        feedq.shuffle_batch_join([lambda r=r: read(r) for r in readers], 8, capacity=120,
+                                 min_after_dequeue=60, enqueue_many=True, dtypes=[np.int64],
+                                 shapes=[[]], allow_smaller_final_batch=True)
 
-    before, state = run(None, 6)
-    after, _ = run(state, None)
-    np.testing.assert_array_equal(np.sort(np.concatenate(before + after)), np.arange(total))
+    (r,) = rs.save_restore(build, (6,), key=_first)
+    np.testing.assert_array_equal(np.sort(np.concatenate(r.before + r.after)), np.arange(total))
 
 
 def test_too_many_units_for_positions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from feedq._resume import report as _provenance
+    from feedq._resume import positions
 
-    monkeypatch.setattr(_provenance, "WORKLIST_BASE", 100)
+    monkeypatch.setattr(positions, "WORKLIST_BASE", 100)
     with feedq.Pipeline(resumable=True) as pipe:
         rows = feedq.slice_input_producer([np.arange(60)], num_epochs=3, shuffle=False)
         feedq.batch(rows, 10)

@@ -1,5 +1,5 @@
 """The shuffle buffer's snapshots rebuilt from checkpoints and a replay log
-(``feedq/_resume/snaplog.py``) are the ones a full copy after every draw holds."""
+(``feedq/_resume/snapshot_log.py``) are the ones a full copy after every draw holds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import feedq
-from feedq._resume import snaplog as _snaplog
+from feedq._resume import snapshot_log as _snapshot_log
 from feedq.readers import TextLineReader
 from tests.resume import _support as rs
 
@@ -18,12 +18,12 @@ from tests.resume import _support as rs
 def _snapshots(build: Any, every: int, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """(buffer, rng, fed, last) as of every ticket of a whole run, with a
     checkpoint every ``every`` draws."""
-    monkeypatch.setattr(_snaplog, "CHECKPOINT_EVERY", every)
+    monkeypatch.setattr(_snapshot_log, "CHECKPOINT_EVERY", every)
     out = []
     with feedq.Pipeline(resumable=True) as pipe:
         stage = build(pipe)
         for _ in pipe:
-            snap = stage._resume.ledger.snapshot(stage.taken)
+            snap = stage._resumption.ledger.snapshot(stage.taken)
             out.append((snap.buffer.copy(), snap.rng, snap.fed, snap.last))
     return out
 
@@ -81,7 +81,7 @@ def test_old_snapshots_are_dropped_recent_ones_rebuilt() -> None:
         for _ in range(SNAPSHOT_WINDOW + 200):
             next(it)
         taken = stage.taken
-        ledger = stage._resume.ledger
+        ledger = stage._resumption.ledger
         ledger.check_upto(None)  # applies what was filed, prunes
         with pytest.raises(InvalidArgumentError, match="snapshot for it is gone"):
             ledger.snapshot(taken - SNAPSHOT_WINDOW - 40)

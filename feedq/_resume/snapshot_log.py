@@ -1,7 +1,7 @@
 """The shuffle buffer's state after each draw, for exact resumption, cheaply.
 
 Exact mode saves the shuffle buffer as of a ticket: the positions it holds in
-storage order and its generator's state (``_ledger.Snapshot``). Copying the
+storage order and its generator's state (``feedq._resume.ledger.Snapshot``). Copying the
 buffer's position column after every draw costs a copy of the whole buffer
 per batch; a :class:`SnapshotLog` instead keeps a full snapshot every
 :data:`CHECKPOINT_EVERY` draws (a *checkpoint*) and, between them, a log of
