@@ -58,7 +58,7 @@ import enum
 import threading
 import time
 from collections import deque
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -68,7 +68,7 @@ from feedq.errors import CancelledError, DeadlineExceededError, OutOfRangeError
 from feedq.queues._cancel import CancelToken, Waiter
 from feedq.queues._spec import Component, ElementCodec
 
-__all__ = ["QueueEngine", "QueueState"]
+__all__ = ["BlockedCall", "QueueEngine", "QueueState", "TimingRecord"]
 
 _INITIAL_ALLOC = 64
 
@@ -80,6 +80,36 @@ class QueueState(enum.Enum):
     #: close() was called; enqueues that were pending then may still finish.
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+class TimingRecord(NamedTuple):
+    """A queue's timing figures at one instant (``QueueEngine._timing``;
+    read by :mod:`feedq._observe`). A tuple, so it also unpacks in this order."""
+
+    size: int
+    peak: int
+    enqueued: int
+    dequeued: int
+    #: dequeue calls, and the sum of the sizes they found (for the mean fill)
+    takes: int
+    fill_sum: int
+    #: calls that waited (finished waits only), and for how long in all
+    enqueue_waits: int
+    dequeue_waits: int
+    enqueue_wait_s: float
+    dequeue_wait_s: float
+
+
+class BlockedCall(NamedTuple):
+    """A call waiting in a queue's line now (``QueueEngine._blocked``)."""
+
+    is_enqueue: bool
+    #: its thread's ``threading.get_ident()``
+    ident: int
+    #: ``time.monotonic()`` when it started waiting
+    since: float
+    #: elements it still needs (to insert or to take)
+    elements: int
 
 
 class _Attempt(Waiter):
@@ -196,24 +226,21 @@ class QueueEngine(ElementCodec):
 
     # -- timing (read by feedq._observe.statistics) ---------------------------------------------
 
-    def _timing(self) -> tuple[int, int, int, int, int, int, int, int, float, float]:
-        """A consistent snapshot for feedq's pipeline statistics: ``(size,
-        peak, enqueued, dequeued, takes, fill_sum, enqueue waits, dequeue
-        waits, enqueue wait s, dequeue wait s)``; waits in progress are not
-        counted (see :meth:`_blocked`)."""
+    def _timing(self) -> TimingRecord:
+        """A consistent snapshot for feedq's pipeline statistics; waits in
+        progress are not counted (see :meth:`_blocked`)."""
         with self._mutex:
-            return (
+            return TimingRecord(
                 self._size, self._peak, self._enqueued, self._dequeued, self._takes,
                 self._fill_sum, self._enq_waits, self._deq_waits, self._enq_wait_s,
                 self._deq_wait_s,
             )
 
-    def _blocked(self) -> list[tuple[bool, int, float, int]]:
-        """The calls waiting now: ``(is_enqueue, thread ident, since
-        (time.monotonic), elements asked)`` each."""
+    def _blocked(self) -> list[BlockedCall]:
+        """The calls waiting now, oldest first per line (producers first)."""
         with self._mutex:
-            out = [(True, a.ident, a.since, a.n - a.done) for a in self._producers if a.ident]
-            out.extend((False, a.ident, a.since, a.n - a.count) for a in self._consumers if a.ident)
+            out = [BlockedCall(True, a.ident, a.since, a.n - a.done) for a in self._producers if a.ident]
+            out.extend(BlockedCall(False, a.ident, a.since, a.n - a.count) for a in self._consumers if a.ident)
             return out
 
     # -- blocking calls ------------------------------------------------------------
