@@ -20,7 +20,7 @@ import numpy as np
 from feedq._core.arrays import as_torch_free_array
 from feedq._core.timeouts import resolve_timeout
 from feedq.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
-from feedq.queues._cancel import CancelToken, Waiter, hold
+from feedq.queues._cancel import CancelToken, Waiter
 from feedq.queues._registry import SHARED_ACCUMULATORS, SharedByName
 
 __all__ = ["AccumulatorStatistics", "ConditionalAccumulator", "reset_shared_accumulators"]
@@ -135,8 +135,8 @@ class ConditionalAccumulator(metaclass=SharedByName):
         self._dtype = dtype
         self._declared_shape = shape
         self._reduction = reduction_type
-        # Re-entrant only so that an undo path after an asynchronous exception
-        # can tell whether it holds the lock (_cancel.hold).
+        # Re-entrant only so that Waiter.sleep can take it back robustly
+        # after an asynchronous exception (see there).
         self._mutex = threading.RLock()
         self._shape = shape  # guarded by self._mutex: fixed by the first gradient (A2)
         self._sum: np.ndarray[Any, Any] | None = None  # guarded by self._mutex
@@ -311,8 +311,8 @@ class ConditionalAccumulator(metaclass=SharedByName):
                         self._takers[waiter] = n
                         waiter.sleep(self._mutex, remaining)
                 finally:
-                    # Also after Ctrl-C in the sleep: nothing was taken (A3).
-                    hold(self._mutex)
+                    # Also after Ctrl-C in the sleep (Waiter.sleep returns
+                    # holding the lock): nothing was taken (A3).
                     self._takers.pop(waiter, None)
                     self._waiting -= 1
                 assert self._sum is not None  # count >= 1 implies a sum

@@ -167,19 +167,41 @@ class Waiter:
         self._gate = gate
 
     def sleep(self, mutex: Any, timeout: float | None) -> None:
-        """Release ``mutex`` (an RLock held once), sleep until :meth:`wake`
-        or ``timeout`` seconds, and take ``mutex`` again, also when an
-        exception (Ctrl-C) interrupts the sleep."""
+        """Release ``mutex`` (an RLock this thread holds exactly once), sleep
+        until :meth:`wake` or ``timeout`` seconds, and take ``mutex`` again,
+        also when an exception (Ctrl-C) interrupts the sleep: whatever
+        happens, the caller holds ``mutex`` once when this returns or raises.
+
+        That needs no ``RLock._is_owned()``: an asynchronous exception is
+        delivered only at the points the interpreter checks for one (a
+        function's start, a loop's back edge, the return of a call into C).
+        The release is inside the ``try`` (an exception just after it still
+        reaches the ``finally``); the ``finally`` takes the lock in a
+        ``with`` statement, whose acquisition is not followed by such a
+        point, and inside it once more, re-entrantly: the ``with`` gives its
+        level back, the inner one stays. An exception raised by the
+        acquisition itself (a signal handler, in a contended acquire) leaves
+        the lock free, and the ``finally`` takes it plainly; an exception
+        after ``taken = True`` leaves it held.
+        """
         gate = self._gate
-        mutex.release()
         try:
+            mutex.release()
             if timeout is None:
                 gate.acquire()
             else:
                 gate.acquire(True, min(timeout, threading.TIMEOUT_MAX))
         finally:
-            hold(mutex)
             self._gate = None
+            taken = False
+            try:
+                with mutex:
+                    taken = True
+                    mutex.acquire()
+            except BaseException:
+                if not taken:
+                    mutex.acquire()
+                raise
 
     def wake(self) -> None:
         """End the current or next sleep (of this arming)."""
@@ -189,17 +211,3 @@ class Waiter:
                 gate.release()
             except RuntimeError:
                 pass  # already woken
-
-
-def hold(mutex: Any) -> None:
-    """Make sure this thread holds ``mutex`` (an RLock), whatever exception
-    interrupts the acquire (a signal handler may raise in it): an undo path
-    that runs after an asynchronous exception must know the lock is held."""
-    interrupted: BaseException | None = None
-    while not mutex._is_owned():
-        try:
-            mutex.acquire()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, with the lock held
-            interrupted = interrupted or exc
-    if interrupted is not None:
-        raise interrupted

@@ -58,17 +58,17 @@ import enum
 import threading
 import time
 from collections import deque
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from feedq._core.accounts import current_account
 from feedq._core.timeouts import resolve_timeout
 from feedq.errors import CancelledError, DeadlineExceededError, OutOfRangeError
-from feedq.queues._cancel import CancelToken, Waiter, hold
+from feedq.queues._cancel import CancelToken, Waiter
 from feedq.queues._spec import Component, ElementCodec
 
-__all__ = ["QueueEngine", "QueueState"]
+__all__ = ["BlockedCall", "QueueEngine", "QueueState", "TimingRecord"]
 
 _INITIAL_ALLOC = 64
 
@@ -80,6 +80,36 @@ class QueueState(enum.Enum):
     #: close() was called; enqueues that were pending then may still finish.
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+class TimingRecord(NamedTuple):
+    """A queue's timing figures at one instant (``QueueEngine._timing``;
+    read by :mod:`feedq._observe`). A tuple, so it also unpacks in this order."""
+
+    size: int
+    peak: int
+    enqueued: int
+    dequeued: int
+    #: dequeue calls, and the sum of the sizes they found (for the mean fill)
+    takes: int
+    fill_sum: int
+    #: calls that waited (finished waits only), and for how long in all
+    enqueue_waits: int
+    dequeue_waits: int
+    enqueue_wait_s: float
+    dequeue_wait_s: float
+
+
+class BlockedCall(NamedTuple):
+    """A call waiting in a queue's line now (``QueueEngine._blocked``)."""
+
+    is_enqueue: bool
+    #: its thread's ``threading.get_ident()``
+    ident: int
+    #: ``time.monotonic()`` when it started waiting
+    since: float
+    #: elements it still needs (to insert or to take)
+    elements: int
 
 
 class _Attempt(Waiter):
@@ -155,17 +185,20 @@ class QueueEngine(ElementCodec):
 
     #: PriorityQueue: a dequeue_many takes all n at once or nothing (Q42).
     _all_or_nothing: ClassVar[bool] = False
+    #: Every stored element may be taken now (``_available() == _size``).
+    _all_available: ClassVar[bool] = True
 
     _name: str
     _capacity: int
     _components: list[Component]
     _cols: list[np.ndarray[Any, Any]]
+    _has_refs: bool
     #: How _read_row copies each component out (set by QueueBase).
     _row_kinds: list[int]
 
     def _init_engine(self) -> None:
-        # Re-entrant only so that an undo path interrupted by an asynchronous
-        # exception can tell whether it holds the lock (_cancel.hold).
+        # Re-entrant so that Waiter.sleep can take it back robustly after an
+        # asynchronous exception, and a caller may hold it around calls.
         self._mutex = threading.RLock()
         self._producers: deque[_Enqueue] = deque()  # guarded by self._mutex
         self._consumers: deque[_Dequeue] = deque()  # guarded by self._mutex
@@ -193,24 +226,21 @@ class QueueEngine(ElementCodec):
 
     # -- timing (read by feedq._observe.statistics) ---------------------------------------------
 
-    def _timing(self) -> tuple[int, int, int, int, int, int, int, int, float, float]:
-        """A consistent snapshot for feedq's pipeline statistics: ``(size,
-        peak, enqueued, dequeued, takes, fill_sum, enqueue waits, dequeue
-        waits, enqueue wait s, dequeue wait s)``; waits in progress are not
-        counted (see :meth:`_blocked`)."""
+    def _timing(self) -> TimingRecord:
+        """A consistent snapshot for feedq's pipeline statistics; waits in
+        progress are not counted (see :meth:`_blocked`)."""
         with self._mutex:
-            return (
+            return TimingRecord(
                 self._size, self._peak, self._enqueued, self._dequeued, self._takes,
                 self._fill_sum, self._enq_waits, self._deq_waits, self._enq_wait_s,
                 self._deq_wait_s,
             )
 
-    def _blocked(self) -> list[tuple[bool, int, float, int]]:
-        """The calls waiting now: ``(is_enqueue, thread ident, since
-        (time.monotonic), elements asked)`` each."""
+    def _blocked(self) -> list[BlockedCall]:
+        """The calls waiting now, oldest first per line (producers first)."""
         with self._mutex:
-            out = [(True, a.ident, a.since, a.n - a.done) for a in self._producers if a.ident]
-            out.extend((False, a.ident, a.since, a.n - a.count) for a in self._consumers if a.ident)
+            out = [BlockedCall(True, a.ident, a.since, a.n - a.done) for a in self._producers if a.ident]
+            out.extend(BlockedCall(False, a.ident, a.since, a.n - a.count) for a in self._consumers if a.ident)
             return out
 
     # -- blocking calls ------------------------------------------------------------
@@ -228,8 +258,8 @@ class QueueEngine(ElementCodec):
                 if not att.finished:
                     self._await(att, wait, op)
             except BaseException as exc:
-                # An asynchronous exception (Ctrl-C) while waiting: withdraw.
-                hold(self._mutex)
+                # An asynchronous exception (Ctrl-C) while waiting (the lock is
+                # held: Waiter.sleep takes it back): withdraw.
                 if not att.finished:
                     self._withdraw(att)
                     att.finished = True
@@ -255,7 +285,6 @@ class QueueEngine(ElementCodec):
                 # An asynchronous exception (Ctrl-C) while waiting, also one
                 # that arrives just after the attempt finished: the caller
                 # never gets the elements, so they go back.
-                hold(self._mutex)
                 self._withdraw(att)
                 att.finished = True
                 self._flush()
@@ -368,47 +397,41 @@ class QueueEngine(ElementCodec):
 
     def _run_reserved(self, res: Any) -> None:
         """Copy a reservation's rows in with the lock released, then commit
-        them; an interrupted copy releases the reservation (lock not held)."""
+        them; an interrupted copy releases the reservation. The lock is
+        taken with ``with`` (re-entrant: a caller already holding it keeps
+        it); an exception before the commit ran still commits (or
+        releases) it, so the ring never stays reserved."""
         copied = False
-        # (A caller holding the lock already keeps it throughout.)
-        mutex: Any = self._mutex
-        relock = not mutex._is_owned()
         try:
-            try:
-                self._copy_in(res)
-                copied = True
-            finally:
-                try:
-                    hold(self._mutex)
-                finally:
-                    try:
-                        self._commit_put(res, copied)
-                    finally:
-                        if relock:
-                            self._mutex.release()
+            self._copy_in(res)
+            copied = True
+            with self._mutex:
+                self._commit_put(res, copied)
         except BaseException as exc:
+            with self._mutex:
+                if self._reserved(res):
+                    self._commit_put(res, copied)
             set_num_enqueued(exc, res.n if copied else 0)
             raise
 
     def _run_claimed(self, claim: Any) -> list[np.ndarray[Any, Any]]:
         """Copy a claim's rows out with the lock released, then free their
-        slots; an interrupted copy puts the rows back in front (lock not held)."""
-        copied = False
-        mutex: Any = self._mutex
-        relock = not mutex._is_owned()
+        slots. Whatever interrupts it, the rows that do not reach the
+        caller go back to the front in order."""
+        chunk = None
         try:
             chunk = self._copy_out(claim)
-            copied = True
-        finally:
-            try:
-                hold(self._mutex)
-            finally:
-                try:
-                    self._finish_claim(claim, copied)
-                finally:
-                    if relock:
-                        self._mutex.release()
-        return chunk
+            with self._mutex:
+                self._finish_claim(claim, True)
+            return chunk
+        except BaseException:
+            with self._mutex:
+                if not self._claim_done(claim):
+                    self._finish_claim(claim, False)  # rows back in front
+                elif chunk is not None:
+                    self._restore([chunk])
+                    self._flush()
+            raise
 
     # -- giving elements back ---------------------------------------------------------
 
@@ -450,13 +473,18 @@ class QueueEngine(ElementCodec):
         """No element can arrive any more: closed and no enqueue pending."""
         return self._state is QueueState.CLOSED
 
-    def _finish_producer(self, att: _Enqueue) -> None:
+    @staticmethod
+    def _finish(att: _Attempt) -> None:
+        """Mark ``att`` finished and wake its caller. Waiter.wake inlined:
+        once ``finished`` is set, no Python call's start (where an
+        asynchronous exception could end the flush) comes before the wake."""
         att.finished = True
-        att.wake()
-
-    def _finish_consumer(self, att: _Dequeue) -> None:
-        att.finished = True
-        att.wake()
+        gate = att._gate
+        if gate is not None:
+            try:
+                gate.release()
+            except RuntimeError:
+                pass  # already woken
 
     def _flush(self) -> None:
         """Serve the heads of both lines until nothing moves (lock held)."""
@@ -471,6 +499,13 @@ class QueueEngine(ElementCodec):
             # is being copied in, whose rows come first (Q16).
             while producers and not self._in_busy:
                 att = producers[0]
+                if att.finished:
+                    # Finished but still in line: an asynchronous exception
+                    # arrived between its finish and its leaving the line.
+                    producers.popleft()
+                    att.queued = False
+                    progress = True
+                    continue
                 k = min(self._free(), att.n - att.done)
                 if k > 0:
                     k = self._room_for(k)
@@ -485,14 +520,21 @@ class QueueEngine(ElementCodec):
                 progress = True
                 if att.done < att.n:
                     break
+                # Finish before leaving the line: an exception in between
+                # leaves a finished head, which the next flush removes.
+                att.cols = []
+                self._finish(att)
                 producers.popleft()
                 att.queued = False
-                att.cols = []
-                self._finish_producer(att)
             # Consumers, oldest first (Q14).
             taken = self._dequeued
             while consumers:
                 datt = consumers[0]
+                if datt.finished:  # see the producers' loop
+                    consumers.popleft()
+                    datt.queued = False
+                    progress = True
+                    continue
                 need = datt.n - datt.count
                 avail = self._available()
                 if avail >= need:
@@ -521,21 +563,29 @@ class QueueEngine(ElementCodec):
                         self._collect(datt, avail)
                         progress = True
                     break
+                self._finish(datt)
                 consumers.popleft()
                 datt.queued = False
-                self._finish_consumer(datt)
                 progress = True
             if producers and self._dequeued > taken:
                 progress = True  # room was freed: the producers' head may go on
 
     def _collect(self, att: _Dequeue, k: int) -> None:
+        # The hook changes the storage only at its end; from its return on,
+        # nothing here can be interrupted until the rows are the attempt's.
         if att.outs is not None:
             self._take(k, att.outs, att.count)
+            att.count += k
+            self._size -= k
+            self._dequeued += k
         else:
-            att.chunks.append(self._take(k, None, 0))
-        att.count += k
-        self._size -= k
-        self._dequeued += k
+            chunk = self._take(k, None, 0)
+            att.count += k
+            self._size -= k
+            self._dequeued += k
+            att.chunks.append(chunk)
+        if self._has_refs:
+            self._forget(k)
 
     def _fail_dequeue(self, att: _Dequeue) -> None:
         """The queue ended with ``att`` unsatisfied (lock held)."""
@@ -551,7 +601,7 @@ class QueueEngine(ElementCodec):
                 f"(requested {att.n}, current size {self._size})"
             )
         att.error = err
-        self._finish_consumer(att)
+        self._finish(att)
 
     def _cancel_producers(self, message: str) -> None:
         """Fail every pending enqueue; rows they inserted stay (Q24)."""
@@ -563,7 +613,7 @@ class QueueEngine(ElementCodec):
                 err.__cause__ = self._cancel_cause
             set_num_enqueued(err, att.done)
             att.error = err
-            self._finish_producer(att)
+            self._finish(att)
 
     # -- storage ------------------------------------------------------------------------
 
@@ -635,6 +685,10 @@ class QueueEngine(ElementCodec):
             row.append(v)
         return row
 
+    def _forget(self, k: int) -> None:
+        """Drop the object references the storage still holds to the ``k``
+        elements just taken (kinds whose ``_take`` leaves them: ``_has_refs``)."""
+
     def _take_one(self) -> list[Any]:
         """Remove one element and return its component values."""
         chunk = self._take(1, None, 0)
@@ -654,6 +708,14 @@ class QueueEngine(ElementCodec):
 
     def _copy_in(self, res: Any) -> None:
         """Copy a reservation's dense rows into its slots (lock not held)."""
+        raise NotImplementedError
+
+    def _reserved(self, res: Any) -> bool:
+        """Whether ``res`` is still reserved (neither committed nor released)."""
+        raise NotImplementedError
+
+    def _claim_done(self, claim: Any) -> bool:
+        """Whether :meth:`_finish_claim` ran for ``claim``."""
         raise NotImplementedError
 
     def _commit_put(self, res: Any, copied: bool) -> None:

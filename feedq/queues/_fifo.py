@@ -9,15 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from feedq.queues._cancel import CancelToken
 from feedq.queues._engine import QueueState
-from feedq.queues._queue import QueueBase, check_timeout
+from feedq.queues._queue import QueueBase
 from feedq.queues._refs import clear_ring
-from feedq.queues._spec import STRING, Count
+from feedq.queues._spec import STRING
 
 __all__ = ["FIFOQueue"]
-
-_OPEN = QueueState.OPEN
 
 
 class FIFOQueue(QueueBase):
@@ -29,11 +26,10 @@ class FIFOQueue(QueueBase):
     bound when ``capacity < 0``, Q5). A batch of at least 1 MiB of dense
     numeric data that can go in (or out) at once is copied with the lock
     released (reserve → copy → commit, see :mod:`feedq.queues._engine`).
-    Without a ``cancel`` token, ``enqueue_many`` and the batch dequeues
-    (without ``out``) run their fast path inline here for any number of
-    fixed-shape components, and ``enqueue`` / ``dequeue`` theirs for one
-    component; everything else is :class:`QueueBase`'s
-    (``tests/queues/test_fifo_fast_path.py`` checks that both agree).
+    Every call goes through QueueBase's one put path and one take path;
+    this class only provides the storage hooks
+    (``tests/queues/test_fifo_hooks.py`` compares them with the simplest
+    hooks there are).
 
     Example::
 
@@ -69,229 +65,6 @@ class FIFOQueue(QueueBase):
     ) -> None:
         super().__init__(capacity, dtypes, shapes, names, shared_name, name)
 
-    # -- the per-element hot path -----------------------------------------------------
-
-    def enqueue(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
-        # QueueBase.enqueue with its fast path inlined for one component and
-        # no token, the common per-element case.
-        if cancel is not None or not self._single:
-            super().enqueue(vals, timeout, cancel=cancel)
-            return
-        if type(vals) is np.ndarray and vals.dtype is self._dtype0 and vals.shape == self._shape0:
-            value: Any = vals  # already what the column holds (Component.convert_one)
-        elif isinstance(vals, (list, tuple, dict)):
-            super().enqueue(vals, timeout, cancel=cancel)
-            return
-        else:
-            value = self._components[0].convert_one(vals, self._wheres[0])
-        if timeout is not None:
-            check_timeout(timeout)
-        with self._mutex:
-            size = self._size
-            if (
-                self._state is _OPEN
-                and not self._producers
-                and not self._in_busy
-                and size < self._size_limit
-                and size + self._out_busy < self._alloc
-            ):
-                pos = self._head + size
-                if pos >= self._alloc:
-                    pos -= self._alloc
-                self._cols[0][pos] = value
-                self._size = size = size + 1
-                self._enqueued += 1
-                if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                    self._peak = size
-                if self._consumers:
-                    self._flush()
-                return
-        self._enqueue_row([value], timeout, cancel)
-
-    def dequeue(self, timeout: float | None = None, *, cancel: CancelToken | None = None) -> Any:
-        # QueueBase.dequeue with its fast path inlined for one dense numeric
-        # component and no token.
-        if cancel is None and self._single_numeric and self._single:
-            if timeout is not None:
-                check_timeout(timeout)
-            with self._mutex:
-                size = self._size
-                if size and not self._consumers:
-                    self._takes += 1
-                    self._fill_sum += size
-                    if self._claims:
-                        self._keep_busy(1)
-                    pos = self._head
-                    self._head = pos + 1 if pos + 1 < self._alloc else 0
-                    self._size = size - 1
-                    self._dequeued += 1
-                    v = self._cols[0][pos]
-                    if self._row_copy:
-                        v = v.copy()  # a row: a view of the ring until copied
-                    if self._producers:
-                        self._flush()
-                    return v
-        return super().dequeue(timeout, cancel=cancel)
-
-    def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
-        # QueueBase.enqueue_many with its fast path inlined when there is no
-        # token and the batch is small enough to copy under the lock: for one
-        # dense numeric component given as an ndarray of its dtype, then for
-        # any components (_enqueue_batch).
-        if cancel is not None:
-            super().enqueue_many(vals, timeout, cancel=cancel)
-            return
-        if timeout is not None:
-            check_timeout(timeout)
-        if (
-            type(vals) is np.ndarray
-            and vals.dtype is self._dtype0
-            and vals.ndim
-            and vals.shape[1:] == self._shape0
-            and self._single
-        ):
-            n = vals.shape[0]
-            with self._mutex:
-                size = self._size
-                alloc = self._alloc
-                if (
-                    0 < n < self._unlocked_rows
-                    and self._state is _OPEN
-                    and not self._producers
-                    and not self._in_busy
-                    and size + n <= self._size_limit
-                    and size + self._out_busy + n <= alloc
-                ):
-                    pos = self._head + size
-                    if pos >= alloc:
-                        pos -= alloc
-                    if pos + n <= alloc:
-                        self._cols[0][pos : pos + n] = vals
-                    else:
-                        self._ring_write(self._cols[0], alloc, pos, vals)
-                    self._size = size = size + n
-                    self._enqueued += n
-                    if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                        self._peak = size
-                    if self._consumers:
-                        self._flush()
-                    return
-        self._enqueue_batch(self._convert_batch(vals), timeout)
-
-    def _enqueue_batch(self, cols: list[np.ndarray[Any, Any]], timeout: float | None) -> None:
-        """:meth:`enqueue_many` of converted columns, no token: the fast path
-        for any number of components, else QueueBase's path."""
-        n = cols[0].shape[0]
-        if n == 0:
-            return
-        with self._mutex:
-            size = self._size
-            alloc = self._alloc
-            if (
-                n < self._unlocked_rows
-                and self._state is _OPEN
-                and not self._producers
-                and not self._in_busy
-                and size + n <= self._size_limit
-                and size + self._out_busy + n <= alloc
-            ):
-                pos = self._head + size
-                if pos >= alloc:
-                    pos -= alloc
-                if pos + n <= alloc:
-                    end = pos + n
-                    for buf, col in zip(self._cols, cols):
-                        buf[pos:end] = col
-                else:
-                    for buf, col in zip(self._cols, cols):
-                        self._ring_write(buf, alloc, pos, col)
-                self._size = size = size + n
-                self._enqueued += n
-                if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                    self._peak = size
-                if self._consumers:
-                    self._flush()
-                return
-        self._enqueue_cols(cols, n, timeout, None)
-
-    def dequeue_many(
-        self, n: Count, timeout: float | None = None, out: Any = None, *,
-        cancel: CancelToken | None = None, padded: bool = True,
-    ) -> Any:
-        # QueueBase.dequeue_many with its fast path inlined for one dense
-        # numeric component (``padded`` changes nothing for it), no token and
-        # no out buffers.
-        if cancel is None and out is None and type(n) is int and self._single_numeric and self._single:
-            if timeout is not None:
-                check_timeout(timeout)
-            with self._mutex:
-                size = self._size
-                if 0 < n <= size and n < self._unlocked_rows and not self._consumers:
-                    self._takes += 1
-                    self._fill_sum += size
-                    if self._claims:
-                        self._keep_busy(n)
-                    head, alloc = self._head, self._alloc
-                    buf = self._cols[0]
-                    end = head + n
-                    if end < alloc:
-                        result = buf[head:end].copy()
-                        self._head = end
-                    elif end == alloc:
-                        result = buf[head:end].copy()
-                        self._head = 0
-                    else:
-                        result = np.concatenate((buf[head:], buf[: end - alloc]))
-                        self._head = end - alloc
-                    self._size = size - n
-                    self._dequeued += n
-                    if self._producers:
-                        self._flush()
-                    return result
-        return self._dequeue_batch(n, timeout, out, False, "dequeue_many", False, cancel, padded)
-
-    def _dequeue_batch(
-        self, n: Count, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
-        cancel: CancelToken | None, padded: bool = True,
-    ) -> Any:
-        # QueueBase._dequeue_batch (dequeue_many / dequeue_up_to /
-        # dequeue_available) with its fast path inlined for fixed-shape
-        # components, any number, no token and no out buffers: the same
-        # steps as QueueBase's fast path with _take, without the calls.
-        if cancel is None and out is None and type(n) is int and n > 0 and self._all_dense:
-            if timeout is not None:
-                check_timeout(timeout)
-            with self._mutex:
-                size = self._size
-                if (size >= n or (some and size)) and not self._consumers:
-                    k = n if n <= size else size
-                    if k < self._unlocked_rows:
-                        self._takes += 1
-                        self._fill_sum += size
-                        if self._claims:
-                            self._keep_busy(k)
-                        head, alloc, bufs = self._head, self._alloc, self._cols
-                        end = head + k
-                        if end <= alloc:
-                            cols = [buf[head:end].copy() for buf in bufs]
-                            for i in self._obj_idx:  # drop the queue's references
-                                bufs[i][head:end] = None
-                            self._head = end if end < alloc else 0
-                        else:
-                            end -= alloc
-                            cols = [np.concatenate((buf[head:], buf[:end])) for buf in bufs]
-                            for i in self._obj_idx:
-                                clear_ring(bufs[i], alloc, head, k)
-                            self._head = end
-                        self._size = size - k
-                        self._dequeued += k
-                        if self._producers:
-                            self._flush()
-                        if self._names is not None:
-                            return dict(zip(self._names, cols))
-                        return cols[0] if self._single else cols
-        return super()._dequeue_batch(n, timeout, out, up_to, op, some, cancel, padded)
-
     # -- storage -------------------------------------------------------------------------
 
     def _init_storage(self) -> None:
@@ -301,14 +74,10 @@ class FIFOQueue(QueueBase):
         # copying theirs out, oldest first (see feedq.queues._engine).
         self._resv: _Reservation | None = None
         self._claims: deque[_Claim] = deque()
-        # The per-element hot path takes an ndarray of exactly this dtype
-        # (numeric only) and shape as it is.
-        comp0 = self._components[0]
-        self._dtype0 = comp0.dtype if comp0.dense and comp0.dtype is not STRING else None
-        self._shape0 = comp0.shape
         self._row_copy = bool(self._row_kinds[0] == 1)
         self._dense_idx = [i for i, c in enumerate(self._components) if c.dense and c.dtype is not STRING]
         self._obj_idx = [i for i, c in enumerate(self._components) if not (c.dense and c.dtype is not STRING)]
+        self._has_refs = bool(self._obj_idx)
 
     def _grow(self, alloc: int) -> None:
         # Also a fresh layout at the same size: the stored rows and the slots
@@ -375,9 +144,16 @@ class FIFOQueue(QueueBase):
         return self._size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        alloc = self._alloc
         pos = self._head + self._size
-        if pos >= self._alloc:
-            pos -= self._alloc
+        if pos >= alloc:
+            pos -= alloc
+        end = pos + k
+        if end <= alloc and start == 0 and k == cols[0].shape[0]:
+            # A whole batch into one segment: the common case.
+            for buf, src in zip(self._cols, cols):
+                buf[pos:end] = src
+            return
         self._write(pos, cols, start, k)
 
     def _keep_busy(self, k: int) -> None:
@@ -390,32 +166,39 @@ class FIFOQueue(QueueBase):
         self._out_busy += k
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
+        # Copies first, then the head moves, then the return: no point where
+        # an asynchronous exception can arrive lies between the storage
+        # changing and the caller holding the rows. Object references in
+        # the slots are dropped afterwards by _forget (called by the take
+        # path once the rows are the caller's).
         if self._claims:
             self._keep_busy(k)
         head, alloc = self._head, self._alloc
         end = head + k
-        result = []
-        if end <= alloc:  # one contiguous segment: the common case
-            for i, buf in enumerate(self._cols):
-                if outs is None:
+        if outs is None:
+            result = []
+            if end <= alloc:  # one contiguous segment: the common case
+                for buf in self._cols:
                     result.append(buf[head:end].copy())
-                else:
-                    outs[i][offset : offset + k] = buf[head:end]
-                if self._obj_cols[i]:
-                    buf[head:end] = None
-            self._head = end if end < alloc else 0
+                self._head = end if end < alloc else 0
+                return result
+            end -= alloc
+            for buf in self._cols:
+                result.append(np.concatenate((buf[head:], buf[:end])))
+            self._head = end
             return result
-        first = alloc - head
         for i, buf in enumerate(self._cols):
-            if outs is None:
-                result.append(np.concatenate((buf[head:alloc], buf[: k - first])))
-            else:
-                self._ring_read(buf, head, k, outs[i][offset : offset + k])
-            if self._obj_cols[i]:
-                buf[head:alloc] = None
-                buf[: k - first] = None
-        self._head = k - first
-        return result
+            self._ring_read(buf, head, k, outs[i][offset : offset + k])
+        self._head = end if end < alloc else end - alloc
+        return []
+
+    def _forget(self, k: int) -> None:
+        # The k slots before the head were just handed out.
+        start = self._head - k
+        if start < 0:
+            start += self._alloc
+        for i in self._obj_idx:
+            clear_ring(self._cols[i], self._alloc, start, k)
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         k = chunk[0].shape[0]
@@ -439,12 +222,16 @@ class FIFOQueue(QueueBase):
         if self._claims:
             self._keep_busy(1)
         pos = self._head
-        self._head = pos + 1 if pos + 1 < self._alloc else 0
         if self._single_numeric:
-            # One dense numeric component: index (scalar) or copy the row.
+            # One dense numeric component: index (a scalar) or copy the row.
             v = self._cols[0][pos]
-            return [v.copy() if self._row_kinds[0] == 1 else v]
-        return self._read_row(pos)
+            if self._row_copy:
+                v = v.copy()  # a row: a view of the ring until copied
+            self._head = pos + 1 if pos + 1 < self._alloc else 0
+            return [v]
+        row = [buf[pos].copy() if kind & 1 else buf[pos] for buf, kind in zip(self._cols, self._row_kinds)]
+        self._head = pos + 1 if pos + 1 < self._alloc else 0
+        return row
 
     # -- copies outside the lock (reserve -> copy -> commit) -------------------------
 
@@ -465,23 +252,30 @@ class FIFOQueue(QueueBase):
             src = res.src[i]
             self._ring_write(res.dst[i], alloc, res.dst_pos, src if src.shape[0] == res.n else src[: res.n])
 
+    def _reserved(self, res: Any) -> bool:
+        return self._resv is res
+
+    def _claim_done(self, claim: Any) -> bool:
+        return bool(claim.done)
+
     def _commit_put(self, res: _Reservation, copied: bool) -> None:
+        n = res.n
+        if copied and res.dst is not self._cols:
+            # The storage was laid out afresh meanwhile (a put-back that
+            # needed the front): copy the rows again where they are now.
+            for i in self._dense_idx:
+                self._ring_write(self._cols[i], self._alloc, res.pos, res.src[i][:n])
+        if not copied:
+            for i in self._obj_idx:  # drop the references stored at reserve time
+                clear_ring(self._cols[i], self._alloc, res.pos, n)
+        # Straight-line (no call) from here to the flush: published or released.
         self._resv = None
         self._in_busy = 0
-        n = res.n
         if copied:
-            if res.dst is not self._cols:
-                # The storage was laid out afresh meanwhile (a put-back that
-                # needed the front): copy the rows again where they are now.
-                for i in self._dense_idx:
-                    self._ring_write(self._cols[i], self._alloc, res.pos, res.src[i][:n])
             self._size = size = self._size + n
             self._enqueued += n
             if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
                 self._peak = size
-        else:
-            for i in self._obj_idx:  # drop the references stored at reserve time
-                clear_ring(self._cols[i], self._alloc, res.pos, n)
         res.src = []
         if self._consumers or self._producers or self._state is QueueState.CLOSING:
             self._flush()

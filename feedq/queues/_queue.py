@@ -175,6 +175,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         # scalar or ragged (take the reference, clear the slot), 3 object row.
         self._obj_cols = [c.dtype is STRING or not c.dense for c in components]
         self._single_numeric = len(components) == 1 and components[0].dense and components[0].dtype is not STRING
+        # The hot paths take an ndarray of exactly this dtype (numeric only)
+        # and (row) shape as it is, without conversion.
+        comp0 = components[0]
+        self._dtype0 = comp0.dtype if self._single_numeric and names is None else None
+        self._shape0 = comp0.shape
         self._row_kinds = [
             (0 if c.shape == () else 1) if c.dense and c.dtype is not STRING
             else (3 if c.dense and c.shape != () else 2)
@@ -182,6 +187,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         ]
         # Batches of at least this many rows copy outside the lock.
         self._unlocked_rows = 1 << 62
+        # Whether the storage keeps references a take leaves to _forget.
+        self._has_refs = False
         row_bytes = 0
         for c in components:
             if c.dense and c.dtype is not STRING and c.shape is not None:
@@ -307,35 +314,13 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise _enqueue_cancelled(cancel)
-        comps = self._components
-        if self._single and not isinstance(vals, (list, tuple, dict)):
-            row = [comps[0].convert_one(vals, self._wheres[0])]  # inline: the hot path
+        if type(vals) is np.ndarray and vals.dtype is self._dtype0 and vals.shape == self._shape0:
+            row = [vals]  # already what the column holds (Component.convert_one, inline)
+        elif self._single and not isinstance(vals, (list, tuple, dict)):
+            row = [self._components[0].convert_one(vals, self._wheres[0])]
         else:
             row = self._convert_row(vals)
-        self._enqueue_row(row, timeout, cancel)
-
-    def _enqueue_row(self, row: list[Any], timeout: float | None, cancel: CancelToken | None) -> None:
-        """:meth:`enqueue` of a converted element."""
-        with self._mutex:
-            # Fast path: nobody ahead in line (nor a batch being copied in)
-            # and room now.
-            size = self._size
-            if (
-                self._state is QueueState.OPEN
-                and not self._producers
-                and not self._in_busy
-                and (self._capacity < 0 or size < self._capacity)
-                and (size + self._out_busy < self._alloc or self._room_for(1))
-            ):
-                self._put_one(row)
-                self._size = size = size + 1
-                self._enqueued += 1
-                if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                    self._peak = size
-                if self._consumers:
-                    self._flush()
-                return
-        self._run_enqueue(_Enqueue(self._row_to_cols(row), 1, cancel), timeout, "enqueue")
+        self._put_path(row, 1, timeout, cancel, "enqueue")
 
     def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
         """Insert the rows of a batch as elements, in order.
@@ -358,43 +343,74 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise _enqueue_cancelled(cancel)
-        cols = self._convert_batch(vals)
+        if (
+            type(vals) is np.ndarray
+            and vals.dtype is self._dtype0
+            and vals.ndim
+            and vals.shape[1:] == self._shape0
+        ):
+            cols = [vals]  # already a column (Component.convert_many, inline)
+        else:
+            cols = self._convert_batch(vals)
         n = cols[0].shape[0]
         if n == 0:
             return
-        self._enqueue_cols(cols, n, timeout, cancel)
+        self._put_path(cols, n, timeout, cancel, "enqueue_many")
 
-    def _enqueue_cols(
-        self, cols: list[np.ndarray[Any, Any]], n: int, timeout: float | None,
-        cancel: CancelToken | None,
+    def enqueue_nowait(self, vals: Any) -> None:
+        """:meth:`enqueue` with ``timeout=0``."""
+        self.enqueue(vals, timeout=0)
+
+    def _put_path(
+        self, vals: list[Any], n: int, timeout: float | None, cancel: CancelToken | None, op: str,
     ) -> None:
-        """:meth:`enqueue_many` of ``n > 0`` converted rows (timeout checked)."""
-        with self._mutex:
-            # Fast path: nobody ahead in line (nor a batch being copied in)
-            # and room for the whole batch.
-            if (
-                self._state is QueueState.OPEN
-                and not self._producers
-                and not self._in_busy
-                and self._free() >= n
-                and self._room_for(n) == n
-            ):
-                if n < self._unlocked_rows:
-                    self._put(cols, 0, n)
-                    self._size = size = self._size + n
-                    self._enqueued += n
-                    if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                        self._peak = size
-                    if self._consumers:
-                        self._flush()
-                    return
-                res = self._reserve(cols, n)
-            else:
-                res = None
+        """The one put path: ``n > 0`` converted rows (``op == "enqueue"``:
+        one element as component values, else columns), timeout checked.
+
+        Try now: nobody ahead in line (nor a batch being copied in) and room
+        for all ``n``; then the storage hook stores them under the lock (or,
+        for a large dense batch, reserves their slots and copies them with
+        the lock released). Otherwise the call becomes an attempt that waits
+        in line (:meth:`_run_enqueue`). An exception (Ctrl-C) arriving after
+        the rows went in reports them in ``num_enqueued``.
+        """
+        res = None
+        inserted = 0
+        try:
+            with self._mutex:
+                size = self._size
+                if (
+                    self._state is QueueState.OPEN
+                    and not self._producers
+                    and not self._in_busy
+                    and size + n <= self._size_limit
+                    and (size + self._out_busy + n <= self._alloc or self._room_for(n) == n)
+                ):
+                    one = op == "enqueue"
+                    if one or n < self._unlocked_rows:
+                        if one:
+                            self._put_one(vals)
+                        else:
+                            self._put(vals, 0, n)
+                        # Straight-line from here (no call): the rows are in.
+                        self._size = size = size + n
+                        self._enqueued += n
+                        inserted = n
+                        if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                            self._peak = size
+                        if self._consumers:
+                            self._flush()
+                        return
+                    res = self._reserve(vals, n)
+        except BaseException as exc:
+            set_num_enqueued(exc, inserted)
+            raise
         if res is not None:
             self._run_reserved(res)  # copy with the lock released, then commit
             return
-        self._run_enqueue(_Enqueue(cols, n, cancel), timeout, "enqueue_many")
+        if op == "enqueue":
+            vals = self._row_to_cols(vals)
+        self._run_enqueue(_Enqueue(vals, n, cancel), timeout, op)
 
     def put_back(self, vals: Any, *, many: bool = True) -> None:
         """Give dequeued elements back, at the front and in order, as if they
@@ -444,21 +460,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise cancel.error()
-        with self._mutex:
-            # Fast path: nobody ahead in line and an element available now.
-            if not self._consumers and self._available() > 0:
-                self._takes += 1
-                self._fill_sum += self._size
-                row = self._take_one()
-                self._size -= 1
-                self._dequeued += 1
-                if self._producers:
-                    self._flush()
-                return row[0] if self._single else pack_values(row, self._names)
-        att = _Dequeue(1, False, "dequeue", None, cancel=cancel)
-        self._run_dequeue(att, timeout)
-        cols = att.chunks[0]
-        return pack_values([c[0] for c in cols], self._names)
+        return self._take_path(1, timeout, cancel, None, False, False, "dequeue", True)
+
+    def dequeue_nowait(self) -> Any:
+        """:meth:`dequeue` with ``timeout=0``."""
+        return self.dequeue(timeout=0)
 
     def dequeue_many(
         self, n: Count, timeout: float | None = None, out: Any = None, *,
@@ -523,19 +529,14 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         """
         return self._dequeue_batch(n, timeout, out, True, "dequeue_available", True, cancel, padded)
 
-    def dequeue_nowait(self) -> Any:
-        """:meth:`dequeue` with ``timeout=0``."""
-        return self.dequeue(timeout=0)
-
-    def enqueue_nowait(self, vals: Any) -> None:
-        """:meth:`enqueue` with ``timeout=0``."""
-        self.enqueue(vals, timeout=0)
-
     def _dequeue_batch(
         self, n: Count, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
         cancel: CancelToken | None, padded: bool = True,
     ) -> Any:
-        n = as_count(n)
+        """:meth:`dequeue_many` / :meth:`dequeue_up_to` /
+        :meth:`dequeue_available`: validate, then the one take path."""
+        if type(n) is not int:
+            n = as_count(n)
         if n < 0:
             raise InvalidArgumentError(
                 f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"
@@ -554,37 +555,85 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             return self._batch([], 0, outs, padded)
         if not up_to:
             self._check_batch_feasible(n)
-        with self._mutex:
-            # Fast path: nobody ahead in line and n elements (or, for
-            # dequeue_available, at least one) available now.
-            avail = self._available() if not self._consumers else 0
-            if avail >= n or (some and avail > 0):
-                self._takes += 1
-                self._fill_sum += self._size
-                k = min(n, avail)
-                if k < self._unlocked_rows:
-                    chunk = self._take(k, outs, 0)
-                    self._size -= k
-                    self._dequeued += k
-                    if self._producers:
-                        self._flush()
-                    if outs is None and self._all_dense:
-                        return chunk[0] if self._single else pack_values(chunk, self._names)
-                    return self._batch([chunk], k, outs, padded)
-                claim = self._claim(k, outs, 0)
-                if self._producers:
+        return self._take_path(n, timeout, cancel, outs, up_to, some, op, False, padded)
+
+    def _take_path(
+        self, n: int, timeout: float | None, cancel: CancelToken | None,
+        outs: list[np.ndarray[Any, Any]] | None, up_to: bool, some: bool, op: str, one: bool,
+        padded: bool = True,
+    ) -> Any:
+        """The one take path: ``n > 0`` elements (``one``: a single element,
+        returned as :meth:`dequeue` returns it; ``some``: at least one, at
+        most ``n``), arguments checked.
+
+        Try now: nobody ahead in line and enough available; then the storage
+        hook takes the rows under the lock (or, for a large dense batch,
+        claims them and copies them with the lock released). Otherwise the
+        call becomes an attempt that waits in line (:meth:`_run_dequeue`).
+
+        The handover is atomic with respect to asynchronous exceptions
+        (Ctrl-C, ``PyThreadState_SetAsyncExc``, issue 24): from the moment the
+        rows leave the storage until this function returns them, an
+        exception puts them back at the front in order, as if never
+        dequeued. The points where one can arrive are the calls after the
+        take (the flush, the lock's release, building the result); the
+        return itself and the caller's assignment of the result are not.
+        """
+        chunk: list[Any] | None = None
+        att: _Dequeue | None = None
+        k = n
+        try:
+            claim = None
+            with self._mutex:
+                if not self._consumers:
+                    avail = self._size if self._all_available else self._available()
+                    if avail >= n or (some and avail > 0):
+                        self._takes += 1
+                        self._fill_sum += self._size
+                        if avail < n:
+                            k = avail
+                        if one or k < self._unlocked_rows:
+                            chunk = self._take_one() if one else self._take(k, outs, 0)
+                            # Straight-line from the hook's return (no call):
+                            # the rows are out, and this call's.
+                            self._size -= k
+                            self._dequeued += k
+                            if self._has_refs:
+                                self._forget(k)
+                            if self._producers:
+                                self._flush()
+                        else:
+                            claim = self._claim(k, outs, 0)
+                            if self._producers:
+                                self._flush()
+            if claim is not None:
+                chunk = self._run_claimed(claim)  # copy with the lock released, then free the slots
+            if chunk is not None:
+                if one:
+                    return chunk[0] if self._single else pack_values(chunk, self._names)
+                if outs is None and self._all_dense:
+                    return chunk[0] if self._single else pack_values(chunk, self._names)
+                return self._batch([chunk], k, outs, padded)
+            att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
+            self._run_dequeue(att, timeout)
+            if one:
+                return pack_values([c[0] for c in att.chunks[0]], self._names)
+            return self._batch(att.chunks, att.count, outs, padded)
+        except BaseException:
+            # The rows never reached the caller: back to the front, in order.
+            if chunk is not None:
+                if one:
+                    chunk = self._row_to_cols(chunk)
+                elif outs is not None:
+                    chunk = [buf[:k].copy() for buf in outs]
+                with self._mutex:
+                    self._restore([chunk])
                     self._flush()
-            else:
-                claim = None
-        if claim is not None:
-            # Copy with the lock released, then free the slots.
-            chunk = self._run_claimed(claim)
-            if outs is None and self._all_dense:
-                return chunk[0] if self._single else pack_values(chunk, self._names)
-            return self._batch([chunk], k, outs, padded)
-        att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
-        self._run_dequeue(att, timeout)
-        return self._batch(att.chunks, att.count, outs, padded)
+            elif att is not None and att.count:
+                with self._mutex:
+                    self._give_back(att)
+                    self._flush()
+            raise
 
     def _batch(
         self, chunks: list[list[np.ndarray[Any, Any]]], count: int,

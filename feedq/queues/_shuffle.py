@@ -31,6 +31,7 @@ class RandomShuffleQueue(QueueBase):
 
     _kind = "RandomShuffleQueue"
     _default_name = "random_shuffle_queue"
+    _all_available = False  # min_after_dequeue (Q30)
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -298,6 +299,123 @@ def test_interrupted_take_grad_leaves_no_waiter() -> None:
     assert isinstance(bg.exception(), KeyboardInterrupt)
     assert acc.statistics().waiting_takers == 0
     assert acc.num_accumulated() == 1 and acc.global_step() == 0
+
+
+def _interrupt_consumers(duration: float, seed: int) -> tuple[int, int, int, int]:
+    """Two producers fill a shared FIFOQueue; two consumers dequeue from it
+    with every take call (dequeue, dequeue_many, dequeue_up_to,
+    dequeue_available) while the main thread raises KeyboardInterrupt in
+    them with ``PyThreadState_SetAsyncExc`` (the Ctrl-C path), one at a
+    time, at random points (issue 24). Returns (interruptions, enqueued,
+    received, left in the queue)."""
+    q = FIFOQueue(256, [np.int64, np.float32], shapes=[[], [2]])
+    n_prod, n_cons = 2, 2
+    stop = threading.Event()
+    produced = [0] * n_prod
+    # Each consumer appends what a call returned in the same expression as
+    # the call: no point between them where an exception can arrive.
+    boxes: list[list[Any]] = [[] for _ in range(n_cons)]
+    # Per consumer: 0 handling an interruption, 1 inside its protected
+    # loop, 2 finished, 3 an interruption on its way (one at a time).
+    state = [0] * n_cons
+    hits = [0] * n_cons
+    errors: list[BaseException] = []
+
+    def producer(p: int) -> None:
+        rng = np.random.default_rng(seed * 10 + p)
+        nxt = p << 40
+        try:
+            while not stop.is_set():
+                k = int(rng.integers(1, 33))
+                ids = np.arange(nxt, nxt + k, dtype=np.int64)
+                try:
+                    q.enqueue_many([ids, np.zeros((k, 2), np.float32)], timeout=0.05)
+                    done = k
+                except DeadlineExceededError as exc:
+                    done = exc.num_enqueued  # type: ignore[attr-defined]
+                nxt += done
+                produced[p] += done
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    def takes(rng: np.random.Generator, box: list[Any]) -> None:
+        while True:
+            r = rng.random()
+            try:
+                if r < 0.3:
+                    box.append(q.dequeue(timeout=0.05))
+                elif r < 0.6:
+                    box.append(q.dequeue_many(int(rng.integers(1, 6)), timeout=0.05))
+                elif r < 0.8:
+                    box.append(q.dequeue_up_to(int(rng.integers(1, 6)), timeout=0.05))
+                else:
+                    box.append(q.dequeue_available(int(rng.integers(1, 6)), timeout=0.05))
+            except DeadlineExceededError:
+                pass
+
+    def consumer(c: int) -> None:
+        rng = np.random.default_rng(seed * 100 + c)
+        while True:
+            try:
+                state[c] = 1
+                takes(rng, boxes[c])
+            except KeyboardInterrupt:
+                state[c] = 0
+                hits[c] += 1
+            except OutOfRangeError:
+                state[c] = 2
+                return
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                state[c] = 2
+                errors.append(exc)
+                return
+
+    prods = [threading.Thread(target=producer, args=(p,), name=f"feedq-test-ip{p}") for p in range(n_prod)]
+    conss = [threading.Thread(target=consumer, args=(c,), name=f"feedq-test-ic{c}") for c in range(n_cons)]
+    for t in prods + conss:
+        t.start()
+    rng = np.random.default_rng(seed + 7)
+    end = time.monotonic() + duration
+    while time.monotonic() < end and not errors:
+        c = int(rng.integers(0, n_cons))
+        if state[c] != 1:
+            continue
+        state[c] = 3
+        _raise_in(conss[c])
+        while state[c] == 3:  # its handler acknowledges (a yield, not a timing)
+            time.sleep(0)
+        for _ in range(int(rng.integers(0, 200))):  # land at a random point of the next call
+            pass
+    stop.set()
+    for t in prods:
+        t.join(30)
+    q.close()
+    for t in conss:
+        t.join(30)
+    assert not [t.name for t in prods + conss if t.is_alive()]
+    assert not errors, errors
+    received = sum(int(np.asarray(got[0]).size) for box in boxes for got in box)
+    s = q.statistics()
+    assert s.enqueued == sum(produced)
+    assert s.dequeued == received  # what the queue handed out, the consumers hold
+    return sum(hits), sum(produced), received, q.size()
+
+
+def test_interrupted_consumers_of_a_shared_queue_lose_nothing() -> None:
+    """Issue 24: an asynchronous exception between the queue handing rows
+    over and the caller holding them lost the rows; now they go back."""
+    hits, enqueued, received, left = _interrupt_consumers(2.0, seed=1)
+    assert hits > 20
+    assert (enqueued - received - left, left) == (0, 0)
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_interrupted_consumers_of_a_shared_queue_lose_nothing_long(seed: int) -> None:
+    hits, enqueued, received, left = _interrupt_consumers(60.0, seed)
+    assert hits > 1000
+    assert (enqueued - received - left, left) == (0, 0)
 
 
 _SIGINT_SCRIPT = textwrap.dedent(

@@ -7,6 +7,7 @@ import math
 import sys
 import time
 import weakref
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,14 @@ from feedq.errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
-from feedq.queues import STRING, FIFOQueue, QueueState
+from feedq.queues import (
+    STRING,
+    FIFOQueue,
+    PaddingFIFOQueue,
+    QueueState,
+    RandomShuffleQueue,
+)
+from feedq.queues._engine import TimingRecord
 from tests.conftest import Bg, wait_blocked
 
 pytestmark = pytest.mark.timeout(20)
@@ -355,6 +363,32 @@ def test_q20_dequeue_many_zero_and_negative() -> None:
         q.dequeue_many(-1)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_q20_counts_may_be_0d_integer_arrays(dtype: Any) -> None:
+    q = FIFOQueue(10, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(6))
+    np.testing.assert_array_equal(q.dequeue_many(np.array(2, dtype=dtype)), [0, 1])
+    np.testing.assert_array_equal(q.dequeue_up_to(np.array(2, dtype=dtype)), [2, 3])
+    np.testing.assert_array_equal(q.dequeue_available(np.array(5, dtype=dtype)), [4, 5])
+    assert q.dequeue_many(np.array(0, dtype=dtype)).shape == (0,)
+
+
+@pytest.mark.parametrize("bad", [np.array(2.0), np.array(True), np.array([2]), 2.0, True])
+def test_q20_counts_reject_floats_bools_and_vectors(bad: Any) -> None:
+    q = FIFOQueue(10, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(3))
+    for call in (q.dequeue_many, q.dequeue_up_to, q.dequeue_available):
+        with pytest.raises(TypeError, match="n must be an int"):
+            call(bad)
+    assert q.size() == 3
+
+
+def test_q20_negative_0d_count_is_invalid_argument() -> None:
+    q = FIFOQueue(10, np.int64, shapes=[[]], name="neg")
+    with pytest.raises(InvalidArgumentError, match=r"requested -1 < 0 elements"):
+        q.dequeue_many(np.array(-1))
+
+
 def test_q21_dequeue_up_to_on_open_queue_waits_for_n() -> None:
     q = FIFOQueue(5, np.int32, shapes=[[]])
     q.enqueue_many([[1, 2]])
@@ -502,6 +536,49 @@ def test_close_wakes_blocked_up_to_with_partial() -> None:
     np.testing.assert_array_equal(bg.result(), [7, 8])
 
 
+def _make_small(kind: str) -> Any:
+    if kind == "fifo":
+        return FIFOQueue(2, np.int64, shapes=[[]])
+    if kind == "shuffle":
+        return RandomShuffleQueue(2, 0, np.int64, shapes=[[]], seed=5)
+    return PaddingFIFOQueue(2, np.int64, shapes=[[]])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "shuffle", "padding"])
+def test_q28_close_of_full_queue_with_pending_enqueue_and_up_to(kind: str) -> None:
+    """The same pattern on the other kinds: up_to collects incrementally, so
+    the pending enqueue gets room at once, and close() then returns what
+    up_to holds (Q28)."""
+    q = _make_small(kind)
+    q.enqueue_many(np.arange(2))
+    prod = Bg(q.enqueue, 2, name="feedq-test-prod")
+    wait_blocked(q, producers=1)
+    cons = Bg(q.dequeue_up_to, 5, name="feedq-test-upto")
+    prod.result()
+    wait_blocked(q, consumers=1)
+    q.close()
+    got = cons.result()
+    assert sorted(got.tolist()) == [0, 1, 2]
+    with pytest.raises(OutOfRangeError):
+        q.dequeue_up_to(3)
+
+
+def test_q22_cancelled_error_of_enqueue_on_a_closed_queue_has_num_enqueued() -> None:
+    q = FIFOQueue(2, np.int64, shapes=[[]], name="closed")
+    q.close()
+    with pytest.raises(CancelledError, match=r"^FIFOQueue 'closed' is closed\.$") as info:
+        q.enqueue_many(np.arange(3))
+    assert info.value.num_enqueued == 0  # type: ignore[attr-defined]
+    with pytest.raises(CancelledError) as info:
+        q.enqueue(1)
+    assert info.value.num_enqueued == 0  # type: ignore[attr-defined]
+    cancelled = FIFOQueue(2, np.int64, shapes=[[]])
+    cancelled.cancel(RuntimeError("x"))
+    with pytest.raises(CancelledError) as info:
+        cancelled.enqueue_many(np.arange(3))
+    assert info.value.num_enqueued == 0  # type: ignore[attr-defined]
+
+
 # -- 2. timeouts and cancellation -------------------------------------------------------
 
 
@@ -603,6 +680,14 @@ def test_t4_cancel_wakes_blocked_producer() -> None:
     err = prod.exception()
     assert isinstance(err, CancelledError) and err.num_enqueued == 2  # type: ignore[attr-defined]
     np.testing.assert_array_equal(q.dequeue_many(2), [1, 2])  # nothing lost
+
+
+def test_t1_huge_finite_timeout_waits_instead_of_overflowing() -> None:
+    q = FIFOQueue(2, np.int64, shapes=[[]])
+    bg = Bg(q.dequeue, timeout=1e12, name="feedq-test-huge")
+    wait_blocked(q, consumers=1)
+    q.enqueue(3)
+    assert bg.result() == 3
 
 
 # -- storage, out=, references --------------------------------------------------------
@@ -718,3 +803,14 @@ def test_dequeue_available_takes_what_is_there() -> None:
     np.testing.assert_array_equal(q.dequeue_available(5), [8])
     with pytest.raises(OutOfRangeError):
         q.dequeue_available(5)
+
+
+def test_timing_record_is_a_named_snapshot() -> None:
+    q = FIFOQueue(4, np.int64, shapes=[[]])
+    q.enqueue_many(np.arange(3))
+    q.dequeue()
+    t = q._timing()
+    assert isinstance(t, TimingRecord)
+    assert (t.size, t.peak, t.enqueued, t.dequeued, t.takes, t.fill_sum) == (2, 3, 3, 1, 1, 3)
+    assert (t.enqueue_waits, t.dequeue_waits) == (0, 0)
+    assert tuple(t)[:4] == (2, 3, 3, 1)  # still unpacks in order (feedq._observe)

@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from feedq.errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
-from feedq.queues import PriorityQueue
+from feedq.errors import (
+    CancelledError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    OutOfRangeError,
+)
+from feedq.queues import PriorityQueue, QueueState
 from tests.conftest import Bg, wait_blocked
 
 pytestmark = pytest.mark.timeout(20)
@@ -105,3 +110,41 @@ def test_named_priority_queue() -> None:
     q.enqueue({"prio": 2, "value": 5})
     q.enqueue({"prio": 1, "value": 6})
     assert q.dequeue() == {"prio": 1, "value": 6}
+
+
+def test_q43_close_of_full_priority_queue_releases_dequeue_up_to_and_enqueue() -> None:
+    """Full PriorityQueue (capacity 2), one enqueue pending, dequeue_up_to(3)
+    waiting, then close(): up_to returns the 2 there, sorted (Q43), and the
+    pending enqueue then finishes (Q23); before, both hung in CLOSING."""
+    q = PriorityQueue(2, [np.int64], shapes=[[]])
+    q.enqueue_many([np.array([5, 3]), np.array([50, 30])])
+    prod = Bg(q.enqueue, [1, 10], name="feedq-test-prod")
+    wait_blocked(q, producers=1)
+    cons = Bg(q.dequeue_up_to, 3, name="feedq-test-upto")
+    wait_blocked(q, producers=1, consumers=1)
+    q.close()
+    prios, vals = cons.result()
+    np.testing.assert_array_equal(prios, [3, 5])
+    np.testing.assert_array_equal(vals, [30, 50])
+    prod.result()
+    assert q.statistics().state is QueueState.CLOSED
+    prios, vals = q.dequeue_up_to(3)
+    assert prios.tolist() == [1] and vals.tolist() == [10]
+    with pytest.raises(OutOfRangeError):
+        q.dequeue_up_to(3)
+    s = q.statistics()
+    assert (s.enqueued, s.dequeued, s.size) == (3, 3, 0)
+
+
+def test_q24_full_priority_queue_close_cancelling_the_pending_enqueue() -> None:
+    q = PriorityQueue(2, [np.int64], shapes=[[]])
+    q.enqueue_many([np.array([5, 3]), np.array([50, 30])])
+    prod = Bg(q.enqueue, [1, 10], name="feedq-test-prod")
+    wait_blocked(q, producers=1)
+    cons = Bg(q.dequeue_up_to, 3, name="feedq-test-upto")
+    wait_blocked(q, producers=1, consumers=1)
+    q.close(cancel_pending_enqueues=True)
+    err = prod.exception()
+    assert isinstance(err, CancelledError) and err.num_enqueued == 0  # type: ignore[attr-defined]
+    prios, _ = cons.result()
+    np.testing.assert_array_equal(prios, [3, 5])

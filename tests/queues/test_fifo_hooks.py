@@ -1,13 +1,17 @@
-"""Differential test: FIFOQueue's inlined batch fast paths (any number of
-components) against QueueBase's generic path, over random single-threaded
-operation sequences.
+"""Differential test: the one take/put path over FIFOQueue's ring hooks
+(and its copies outside the lock) against the same path over the simplest
+storage hooks there are, over random single-threaded operation sequences.
 
-Both queues see the same calls; every call must return the same values (dtype,
-shape, contents), raise the same error (type, message, ``num_enqueued``), and
-leave the same statistics. ``timeout=0`` everywhere, so nothing blocks and
-the partial inserts and put-backs of timed-out calls (Q15, Q27, T2, T3) are
-compared too. A small ``_unlocked_copy_bytes`` sends the larger batches
-through reserve → copy → commit in both.
+Every queue call goes through QueueBase's one put path and one take path;
+queue kinds differ only in their storage hooks (STYLE 1, 20). The reference
+below keeps its rows at the front of its columns and shifts them on every
+take: no ring, no wrap, no slot kept busy, no reference left to drop later.
+Both queues see the same calls; every call must return the same values
+(dtype, shape, contents), raise the same error (type, message,
+``num_enqueued``), and leave the same statistics. ``timeout=0`` everywhere,
+so nothing blocks and the partial inserts and put-backs of timed-out calls
+(Q15, Q27, T2, T3) are compared too. A small ``_unlocked_copy_bytes`` sends
+the larger batches through reserve → copy → commit.
 """
 
 from __future__ import annotations
@@ -19,44 +23,72 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from feedq.queues import STRING, FIFOQueue, PaddingFIFOQueue, QueueBase
+from feedq.queues import STRING, FIFOQueue, PaddingFIFOQueue
 
 pytestmark = pytest.mark.timeout(60)
 
 
-class _Generic:
-    """Routes the calls that FIFOQueue inlines to QueueBase's code."""
+class _ShiftHooks:
+    """Storage hooks without a ring: rows ``[0, size)`` of each column."""
 
-    def enqueue(self, vals: Any, timeout: float | None = None, *, cancel: Any = None) -> None:
-        QueueBase.enqueue(self, vals, timeout, cancel=cancel)  # type: ignore[arg-type]
+    _unlocked_copy_bytes = None
+    _cols: list[Any]
+    _size: int
+    _alloc: int
+    _components: list[Any]
 
-    def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: Any = None) -> None:
-        QueueBase.enqueue_many(self, vals, timeout, cancel=cancel)  # type: ignore[arg-type]
+    def _init_storage(self) -> None:
+        super()._init_storage()  # type: ignore[misc]
+        self._has_refs = False
 
-    def dequeue(self, timeout: float | None = None, *, cancel: Any = None) -> Any:
-        return QueueBase.dequeue(self, timeout, cancel=cancel)  # type: ignore[arg-type]
+    def _grow(self, alloc: int) -> None:
+        new = [self._new_column(c, alloc) for c in self._components]  # type: ignore[attr-defined]
+        for dst, src in zip(new, self._cols):
+            dst[: self._size] = src[: self._size]
+        self._cols = new
+        self._alloc = alloc
 
-    def dequeue_many(self, n: Any, timeout: float | None = None, out: Any = None, *,
-                     cancel: Any = None, padded: bool = True) -> Any:
-        return QueueBase.dequeue_many(self, n, timeout, out, cancel=cancel, padded=padded)  # type: ignore[arg-type]
+    def _put(self, cols: list[Any], start: int, k: int) -> None:
+        for buf, src in zip(self._cols, cols):
+            buf[self._size : self._size + k] = src[start : start + k]
 
-    def _dequeue_batch(self, *args: Any) -> Any:
-        return QueueBase._dequeue_batch(self, *args)  # type: ignore[arg-type]
+    def _put_one(self, row: list[Any]) -> None:
+        for buf, value in zip(self._cols, row):
+            buf[self._size] = value
+
+    def _take(self, k: int, outs: list[Any] | None, offset: int) -> list[Any]:
+        result = []
+        size = self._size
+        for i, buf in enumerate(self._cols):
+            if outs is None:
+                result.append(buf[:k].copy())
+            else:
+                outs[i][offset : offset + k] = buf[:k]
+            buf[: size - k] = buf[k:size].copy()
+            if buf.dtype == object:
+                buf[size - k : size] = None
+        return result
+
+    def _take_one(self) -> list[Any]:
+        return [c[0] for c in self._take(1, None, 0)]
+
+    def _putback(self, chunk: list[Any]) -> None:
+        k = chunk[0].shape[0]
+        size = self._size
+        for buf, src in zip(self._cols, chunk):
+            buf[k : size + k] = buf[:size].copy()
+            buf[:k] = src
 
 
-class GenericFIFO(_Generic, FIFOQueue):
+class GenericFIFO(_ShiftHooks, FIFOQueue):  # type: ignore[misc]
     pass
 
 
-class GenericPadding(_Generic, PaddingFIFOQueue):
+class GenericPadding(_ShiftHooks, PaddingFIFOQueue):  # type: ignore[misc]
     pass
 
 
 class SmallCopyFIFO(FIFOQueue):
-    _unlocked_copy_bytes = 64
-
-
-class SmallCopyGenericFIFO(_Generic, FIFOQueue):
     _unlocked_copy_bytes = 64
 
 
@@ -190,31 +222,34 @@ def _run(fast_cls: Any, generic_cls: Any, spec: str, capacity: int, seq: list[An
 @settings(max_examples=50, deadline=None)
 @given(seq=ops, capacity=st.sampled_from([3, 5, 12, -1]), seed=st.integers(0, 2**16))
 @example(seq=WRAPS, capacity=5, seed=1)
-def test_fast_path_matches_generic_path(spec: str, seq: list[Any], capacity: int, seed: int) -> None:
+def test_ring_hooks_match_shift_hooks(spec: str, seq: list[Any], capacity: int, seed: int) -> None:
     _run(FIFOQueue, GenericFIFO, spec, capacity, seq, seed)
 
 
 @pytest.mark.parametrize("spec", ["2", "2+str"])
 @settings(max_examples=20, deadline=None)
 @given(seq=ops, capacity=st.sampled_from([12, -1]), seed=st.integers(0, 2**16))
-def test_fast_path_matches_generic_path_unlocked_copies(
+def test_ring_hooks_match_shift_hooks_unlocked_copies(
     spec: str, seq: list[Any], capacity: int, seed: int
 ) -> None:
     # Batches of >= 64 bytes of numeric data copy with the lock released.
-    _run(SmallCopyFIFO, SmallCopyGenericFIFO, spec, capacity, seq, seed)
+    _run(SmallCopyFIFO, GenericFIFO, spec, capacity, seq, seed)
 
 
 @settings(max_examples=20, deadline=None)
 @given(seq=ops, capacity=st.sampled_from([5, -1]), seed=st.integers(0, 2**16))
-def test_fast_path_matches_generic_path_padding(seq: list[Any], capacity: int, seed: int) -> None:
+def test_ring_hooks_match_shift_hooks_padding(seq: list[Any], capacity: int, seed: int) -> None:
     _run(PaddingFIFOQueue, GenericPadding, "4", capacity, seq, seed)
 
 
-def test_fast_path_drops_object_references() -> None:
-    # A dequeued string batch leaves no reference in the ring (also after a wrap).
+def test_ring_drops_object_references() -> None:
+    # A dequeued string batch or element leaves no reference in the ring (also after a wrap).
     q = FIFOQueue(4, [np.int64, STRING], shapes=[[], []])
     for _ in range(3):
         q.enqueue_many([np.arange(3), np.array([b"a", b"b", b"c"], dtype=object)])
         ids, strs = q.dequeue_many(3)
         assert strs.tolist() == [b"a", b"b", b"c"]
+        assert all(v is None for v in q._cols[1].tolist())
+        q.enqueue([7, b"x"])
+        assert q.dequeue() == [7, b"x"]
         assert all(v is None for v in q._cols[1].tolist())
