@@ -107,7 +107,7 @@ def test_time_to_first_batch_does_not_depend_on_the_dataset(tmp_path: Path) -> N
 PARENT = """
 import json, os, sys, time
 import feedq
-from tests import _process_builds as builds
+from tests.process import _builds as builds
 
 def main():
     mode = sys.argv[1]

@@ -298,7 +298,7 @@ def test_restore_in_a_new_process_after_sigkill(tmp_path: Path, csv_folder: str)
         import functools, os, pickle, time
         import numpy as np
         from feedq.process import process_stage
-        from tests import _resume_builds as builds
+        from tests.resume import _builds as builds
 
         if __name__ == "__main__":
             build = functools.partial(builds.csv_pipeline, {csv_folder!r}, False)
