@@ -16,6 +16,7 @@ import numpy as np
 
 from feedq._devices.extras import require
 from feedq._devices.feeder import DeviceFeeder, resumable_source
+from feedq._devices.source import is_queue
 from feedq._devices.spec import DeviceLike, DeviceSpec
 from feedq._devices.structure import Structure
 from feedq._devices.torch_build import build_dataset, is_build_function
@@ -204,11 +205,11 @@ def as_tf_dataset(source: Any, batch_size: int | None = None, *,
         ValueError: an iterable source without ``output_signature``.
     """
     tf = require("tensorflow", "feedq.as_tf_dataset")
-    is_queue = hasattr(source, "dequeue_many") and hasattr(source, "dtypes")
-    if output_signature is None and not is_queue and callable(getattr(source, "peek", None)):
+    queue = is_queue(source)
+    if output_signature is None and not queue and callable(getattr(source, "peek", None)):
         output_signature = _signature_of_batch(tf, source.peek())  # a process stage
     if output_signature is None:
-        if not is_queue:
+        if not queue:
             raise ValueError("an iterable source needs output_signature=")
         rows = None if feeder_kwargs.get("allow_smaller_final_batch") else batch_size
         sig = tf_signature(source, rows)

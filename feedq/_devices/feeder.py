@@ -38,7 +38,7 @@ from feedq._devices.extras import require
 from feedq._devices.feeder_thread import _JOIN_S, _FeederThread
 from feedq._devices.handoff import _END, FeederStatistics, _Item, _State
 from feedq._devices.placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
-from feedq._devices.source import BatchSource
+from feedq._devices.source import BatchSource, is_queue
 from feedq._devices.spec import DeviceLike
 from feedq._devices.structure import Structure
 from feedq._devices.targets import Targets
@@ -75,7 +75,7 @@ def resumable_source(source: Any, name: str) -> Any:
     Raises:
         FailedPreconditionError: a queue, or another source without them.
     """
-    if hasattr(source, "dequeue_many") and hasattr(source, "dtypes"):
+    if is_queue(source):
         raise FailedPreconditionError(
             f"{name}: the source is a queue, which holds no positions: save the state "
             "of the pipeline stage that fills it (or feed from that stage)")

@@ -1,7 +1,11 @@
-"""A feeder's source: a feedq queue read in batches, or an iterable of batches.
+"""A feeder's source: a feedq queue read in batches, a batcher stage read as
+one, or an iterable of batches.
 
 A queue with fixed shapes is dequeued straight into a staging slot
-(``dequeue_many(n, out=slot)``: the only host copy). A padding queue's batches
+(``dequeue_many(n, out=slot)``: the only host copy); so is a batcher
+:class:`~feedq.Stage` (``stage.dequeue_many(batch_size, out=slot)``, which
+strips its hidden position column and files its resumption ledger as
+iterating it would). A padding queue's batches
 change shape from batch to batch, and an iterable's batches are already
 arrays somewhere in memory: both are copied into the slot (:func:`stage`),
 the one host copy there too. Unstaged, the batch is used as it came.
@@ -29,15 +33,28 @@ import numpy as np
 
 from feedq._devices.engines import Slot
 from feedq._devices.structure import Structure
-from feedq.errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
+from feedq.errors import (
+    CancelledError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    OutOfRangeError,
+)
+from feedq.input import Stage
 from feedq.queues import CancelToken
 
-__all__ = ["UNCANCELLABLE_WAIT_S", "BatchSource", "stage"]
+__all__ = ["UNCANCELLABLE_WAIT_S", "BatchSource", "is_queue", "stage"]
 
 #: The longest single wait on a queue-like source whose blocking calls take no
 #: ``cancel=`` token: ``close()`` or a stop is noticed within this time there.
 #: (feedq's own queues take the token and are never polled.)
 UNCANCELLABLE_WAIT_S = 0.25
+
+
+def is_queue(source: Any) -> bool:
+    """Whether ``source`` is a queue (``dequeue_many`` and ``dtypes``), not a
+    :class:`~feedq.Stage` (which has both, and positions)."""
+    return (hasattr(source, "dequeue_many") and hasattr(source, "dtypes")
+            and not isinstance(source, Stage))
 
 
 def _takes_cancel(method: Any) -> bool:
@@ -54,7 +71,7 @@ class BatchSource:
     """Where a feeder's batches come from.
 
     Attributes:
-        queue: the feedq queue, or ``None`` for an iterable.
+        queue: the feedq queue or batcher stage, or ``None`` for an iterable.
         dense: True when the queue's batches have one fixed shape (they can be
             dequeued straight into a slot); always True for an iterable.
     """
@@ -74,7 +91,19 @@ class BatchSource:
         self.queue: Any = None
         self._cancellable = False  # the queue's dequeue calls take cancel=
         self._iter: Iterator[Any] | None = None
-        if hasattr(source, "dequeue_many") and hasattr(source, "dtypes"):
+        # A batcher stage: read like a queue, one batch per dequeue_many; a
+        # clean stop of its pipeline ends the data, as iterating it does.
+        self._stage = isinstance(source, Stage) and source.batch_size is not None
+        if self._stage:
+            if batch_size is not None:
+                raise ValueError("batch_size is for queue sources; an iterable yields batches")
+            self._batch_size = source.batch_size
+            self._up_to = False  # the stage's own choice (allow_smaller_final_batch)
+            self.dense = all(s is not None and all(d is not None for d in s)
+                             for s in source.shapes)
+            self.queue = source
+            self._cancellable = True
+        elif is_queue(source):
             if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
                 raise ValueError(f"a queue source needs batch_size >= 1, got {batch_size!r}")
             shapes = source.shapes
@@ -119,6 +148,10 @@ class BatchSource:
                 batch = self._read_in_slices(op, out, cancel)
         except OutOfRangeError:
             return None
+        except CancelledError as exc:
+            if self._stage and exc.__cause__ is None and not cancel.fired:
+                return None  # the stage's pipeline stopped cleanly: its iteration would end
+            raise
         arrays = structure.flatten(batch, self._name)
         return arrays if slot is None or into is not None else stage(arrays, slot, engine)
 
@@ -148,6 +181,7 @@ class BatchSource:
             return False, None
 
     def _slot_buffers(self, slot: Slot, engine: Any) -> list[np.ndarray[Any, Any]]:
+        assert self._batch_size is not None
         buffers = []
         for c, (dtype, shape) in enumerate(zip(self.queue.dtypes, self.queue.shapes)):
             host = slot.host[c]

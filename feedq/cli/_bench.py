@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -294,21 +293,18 @@ def _taker(stage: Any, device: str | None) -> tuple[Callable[[float | None], tup
         return take, None
     from feedq.devices import DeviceFeeder
 
-    # The feeder hands batches on in source order: the payload of each one
-    # waits in a FIFO until the consumer takes that batch.
-    sizes: deque[int] = deque()
-
-    def batches() -> Iterator[Any]:
-        for *cols, lengths in stage:
-            sizes.append(int(lengths.sum()))
-            yield _unwrap(cols)
-
+    # The feeder reads the stage as a queue: each batch is dequeued straight
+    # into its staging slot (Stage.dequeue_many(out=)). The payload lengths
+    # ride along as the last component, kept on the host.
     on_host = device in ("cpu", "/cpu:0", "host")
-    feeder = DeviceFeeder(batches(), device=device, output="numpy" if on_host else "torch", name="bench-feeder")
+    last = len(stage.dtypes) - 1
+    where: Any = device if on_host else {i: (device if i < last else "cpu") for i in range(last + 1)}
+    feeder = DeviceFeeder(stage, device=where, output="numpy" if on_host else "torch",
+                          name="bench-feeder")
 
     def take_fed(t: float | None) -> tuple[Any, int]:
-        batch = feeder.get(timeout=t)
-        return batch, sizes.popleft()
+        *cols, lengths = feeder.get(timeout=t)
+        return _unwrap(cols), int(lengths.sum())
 
     return take_fed, feeder
 

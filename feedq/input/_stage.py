@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from feedq._core import scope as _scope
+from feedq._core.arrays import flatten_values
 from feedq._resume.producer import ProducerPart
 from feedq._resume.state import BatcherPart
 from feedq.errors import (
@@ -29,7 +30,7 @@ from feedq.errors import (
     OutOfRangeError,
 )
 from feedq.input._sparse import SparseTable, batch_sparse
-from feedq.queues import QueueBase, QueueStatistics
+from feedq.queues import CancelToken, QueueBase, QueueStatistics
 from feedq.runners import QueueRunner, QueueRunnerStatistics, runner_events
 
 if TYPE_CHECKING:
@@ -213,13 +214,16 @@ class Stage:
             return cols[0]
         return list(cols)
 
-    def _take(self, how: str, n: int, timeout: float | None) -> list[Any]:
+    def _take(self, how: str, n: int, timeout: float | None, into: list[Any] | None = None,
+              cancel: CancelToken | None = None) -> list[Any]:
         """Dequeue from the stage's queue, as a list of components.
 
         ``how``: ``"one"`` (an element), ``"many"`` (exactly ``n``),
         ``"up_to"`` (up to ``n``, fewer only at the end) or ``"available"``
-        (up to ``n``, as many as are queued). Errors are translated (X1, X3);
-        the end of the data notifies control-dependency gates.
+        (up to ``n``, as many as are queued); ``into`` and ``cancel`` are the
+        queue's ``out=`` (hidden columns included) and ``cancel=`` for
+        ``"many"`` and ``"up_to"``. Errors are translated (X1, X3); the end
+        of the data notifies control-dependency gates.
         """
         self._check_started()
         q = self._queue
@@ -227,9 +231,9 @@ class Stage:
             if how == "one":
                 out = q.dequeue(timeout=timeout)
             elif how == "many":
-                out = q.dequeue_many(n, timeout=timeout)
+                out = q.dequeue_many(n, timeout=timeout, out=into, cancel=cancel)
             elif how == "up_to":
-                out = q.dequeue_up_to(n, timeout=timeout)
+                out = q.dequeue_up_to(n, timeout=timeout, out=into, cancel=cancel)
             else:
                 out = q.dequeue_available(n)
         except CancelledError as exc:
@@ -300,6 +304,53 @@ class Stage:
         if self._batch_size is not None:
             raise TypeError("dequeue_up_to is for element stages; a batcher's dequeue() returns a batch")
         return self._pack(self._block(n, timeout))
+
+    def dequeue_many(self, n: int, timeout: float | None = None, out: Any = None, *,
+                     cancel: CancelToken | None = None) -> Any:
+        """One evaluation of ``n`` rows, written into ``out`` when given (the
+        queue contract's ``dequeue_many(n, out=)``, for a caller that owns
+        the memory: a :class:`feedq.DeviceFeeder`'s pinned staging slot).
+
+        A batcher's evaluation is its batch: ``n`` must be its
+        ``batch_size``, and the call takes the batch :meth:`dequeue` would
+        (the last one shorter with ``allow_smaller_final_batch``); its
+        resumption ticket and positions are filed the same way, so
+        ``state_dict()`` does not depend on which call took a batch. An
+        element stage takes exactly ``n`` elements (Q27 at the end).
+
+        Args:
+            n: rows to take.
+            timeout: seconds to wait (``None``: the process default, 0: do
+                not wait).
+            out: buffers structured like the result (bare array / list /
+                dict), each with at least ``n`` rows of the component's
+                dtype and shape; the result's arrays are views ``out[i][:k]``.
+                Fixed-shape components only (not sparse ones).
+            cancel: a token that cancels this call (nothing is lost: the
+                rows go back to the queue, T3).
+
+        Raises:
+            InvalidArgumentError: ``n`` is not the batcher's batch size;
+                ``out=`` with sparse or unshaped components, or buffers of
+                the wrong dtype or shape.
+            OutOfRangeError, FailedPreconditionError, DeadlineExceededError,
+            CancelledError, Exception: as :meth:`dequeue`.
+        """
+        if self._batch_size is not None and n != self._batch_size:
+            raise InvalidArgumentError(
+                f"dequeue_many({n!r}) on a batcher of batch_size {self._batch_size}: a "
+                "batcher's evaluation is one batch")
+        into = None
+        if out is not None:
+            if self._sparse is not None and any(sp is not None for sp in self._sparse):
+                raise InvalidArgumentError("dequeue_many(out=) needs dense components; "
+                                           "this stage has sparse ones")
+            into = flatten_values(out, self._names, len(self.dtypes), "Stage.dequeue_many out=")
+            q = self._queue
+            for dtype, shape in zip(q.dtypes[len(into):], q.shapes[len(into):]):
+                into.append(np.empty((n, *(shape or ())), dtype))  # hidden: fresh, the ledger keeps it
+        how = "up_to" if self._smaller_final and self._batch_size is not None else "many"
+        return self._pack(self._take(how, n, timeout, into, cancel))
 
     # -- resumption ---------------------------------------------------------------
 

@@ -25,11 +25,13 @@ worker builds its pipeline with them) and below ``feedq.distributed``.
 Modules: ``_shm`` (segments, names, the sweep of a dead run's segments),
 ``_layout`` (a batch's columnar layout in a slot), ``_worker`` (the worker
 process); the consumer side: ``_stage`` (the :class:`ProcessStage` class),
-put together from ``_launch`` (start methods, argument checks, worker
-handles, stopping the workers), ``_messages`` (reading the workers),
-``_slots`` (batch lifetime: giving slots back), ``_order`` (epochs, merge
-order), ``_failures`` (worker failures as exceptions) and ``_state``
-(``state_dict`` / ``load_state_dict``); ``_factory`` (:func:`process_stage`).
+which owns one object per thing it keeps: ``_messages`` (the
+``WorkerChannel``: worker handles, pipes, inboxes), ``_slots`` (the
+``SlotRing``: batch lifetime, giving slots back), ``_order`` (the
+``MergeOrder``: epochs, merge order) and ``_state`` (``Positions``: what
+``state_dict`` / ``load_state_dict`` work from); ``_launch`` (start methods,
+argument checks, starting and stopping processes), ``_failures`` (worker
+failures as exceptions); ``_factory`` (:func:`process_stage`).
 """
 
 from __future__ import annotations

@@ -171,9 +171,6 @@ class WorkerHandle:
         self.slot_seg: dict[int, Segment] = {}
         self.received = 0
         self.produced = 0
-        # Per epoch (this one and the last): (batches delivered before a
-        # restore, batches received since), for state_dict.
-        self.counts: dict[int, tuple[int, int]] = {}
         self.replies: dict[int, tuple[Any, ...]] = {}  # state requests answered
 
     def send(self, msg: tuple[Any, ...]) -> None:

@@ -1,6 +1,8 @@
-"""Reading a process stage's workers: their control messages (batches,
-ends of epochs, errors, state replies) and their deaths, sorted into each
-worker's inbox for the consumer's take.
+"""Reading a process stage's workers: the :class:`WorkerChannel` a
+:class:`~feedq.process.ProcessStage` owns holds the consumer's handle on
+each worker and sorts what they send (batches, ends of epochs, errors,
+state replies) and their deaths into each worker's inbox for the
+consumer's take.
 
 Everything runs in the consumer's thread: ``multiprocessing.connection.wait``
 on the workers' pipes and process sentinels, so a dead worker is seen the
@@ -9,7 +11,6 @@ moment it dies.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing.connection as mp_connection
 import pickle
 import time
@@ -17,32 +18,53 @@ from collections import deque
 from typing import Any
 
 from feedq.errors import DataLossError
-from feedq.process._launch import WorkerHandle, describe_exit
-from feedq.process._shm import Segment, unlink
+from feedq.process._launch import WorkerHandle, describe_exit, stop_workers
+from feedq.process._slots import SlotRing
 
-__all__ = ["WAIT_SLICE_SECS", "MessagesMixin"]
+__all__ = ["WAIT_SLICE_SECS", "WorkerChannel"]
 
 # The consumer's waits are sliced this finely, to notice close() from
 # another thread and a pipeline stop.
 WAIT_SLICE_SECS = 0.1
 
 
-class MessagesMixin:
-    """The message-reading methods of :class:`ProcessStage`."""
+class WorkerChannel:
+    """The consumer's line to its workers: their handles, pipes and sentinels.
 
-    # Set by ProcessStage.__init__ (see there).
-    _handles: list[WorkerHandle]
-    _order: str
-    _rotation: list[int]
-    _turn: int
-    _arrivals: deque[int]
-    _closing: bool
-    _closed: bool
+    Invariants: everything a worker sent before it ended is in its inbox
+    before its end is noted; a worker's death is an inbox event (``"dead"``)
+    unless it had said it was done, had failed, or the stage is
+    :attr:`closing`; with ``first_ready`` order, :attr:`arrivals` names a
+    worker once per event in its inbox, in the order they came. Batch
+    messages map their segment at once (:meth:`SlotRing.map`), so that a
+    segment's name is unlinked as soon as both sides have it mapped.
+    """
 
-    def _pump(self, timeout: float) -> None:
+    def __init__(self, order: str, ring: SlotRing) -> None:
+        self.handles: list[WorkerHandle] = []
+        self.arrivals: deque[int] = deque()
+        #: Set when the stage closes or stops its workers: exits are expected
+        #: (no "dead" events) and waits for the workers end.
+        self.closing = False
+        self._first_ready = order == "first_ready"
+        self._ring = ring
+
+    def send_all(self, msg: tuple[Any, ...]) -> None:
+        """Send ``msg`` to every worker still listening."""
+        for h in self.handles:
+            h.send(msg)
+
+    def stop(self, grace: float) -> None:
+        """Stop every worker (ask, wait ``grace`` s, SIGTERM, SIGKILL) and
+        forget what they had sent."""
+        self.closing = True
+        stop_workers(self.handles, grace)
+        self.arrivals.clear()
+
+    def pump(self, timeout: float) -> None:
         """Read what the workers sent; wait up to ``timeout`` for something."""
         waitables: list[Any] = []
-        for h in self._handles:
+        for h in self.handles:
             if h.conn_open:
                 waitables.append(h.conn)
             if not h.exited:
@@ -54,22 +76,22 @@ class MessagesMixin:
         ready = mp_connection.wait(waitables, timeout)
         if not ready:
             return
-        for h in self._handles:
+        for h in self.handles:
             if h.conn_open and h.conn in ready:
                 self._drain(h)
             if not h.exited and h.process.sentinel in ready:
                 self._drain(h)  # everything it sent before it ended
                 self._on_exit(h)
 
-    def _poll_fast(self) -> None:
-        """Read what came without waiting: the worker whose turn it is (one
-        ``poll``), or everyone (first-ready)."""
-        if self._order == "deterministic" and self._rotation:
-            h = self._handles[self._rotation[self._turn % len(self._rotation)]]
+    def poll_fast(self, worker: int | None) -> None:
+        """Read what came without waiting: from ``worker`` (the one whose
+        turn it is: one ``poll``) if it sent something, else from everyone."""
+        if worker is not None:
+            h = self.handles[worker]
             if h.conn_open and h.conn.poll():
                 self._drain(h)
                 return
-        self._pump(0.0)
+        self.pump(0.0)
 
     def _drain(self, h: WorkerHandle) -> None:
         while h.conn_open:
@@ -90,20 +112,7 @@ class MessagesMixin:
                 tree, descs = h.layout  # as the previous batch
             else:
                 h.layout = (tree, descs)
-            seg = h.slot_seg.get(slot)
-            if seg is None or seg.name != name:
-                if seg is not None:
-                    self._detach(seg)
-                try:
-                    seg = Segment.open(name)
-                except OSError as exc:
-                    raise DataLossError(
-                        f"process stage worker {h.index} (pid {h.pid}): cannot map its shared "
-                        f"memory segment {name!r}: {exc}"
-                    ) from None
-                with contextlib.suppress(OSError):
-                    unlink(name)  # both sides have it mapped: it needs no name any more
-                h.slot_seg[slot] = seg
+            seg = self._ring.map(h, slot, name)
             h.inbox.append(("batch", epoch, slot, seg, gen, nbytes, tree, descs))
         elif kind in ("end", "error"):
             if kind == "error":
@@ -126,14 +135,14 @@ class MessagesMixin:
             return
         else:  # pragma: no cover - a protocol error
             raise DataLossError(f"process stage worker {h.index}: unexpected message {kind!r}")
-        if self._order == "first_ready":
-            self._arrivals.append(h.index)
+        if self._first_ready:
+            self.arrivals.append(h.index)
 
     def _on_exit(self, h: WorkerHandle) -> None:
         h.exited = True
         h.conn_open = False
         h.process.join(1.0)
-        if h.done or h.failed or self._closing or self._closed:
+        if h.done or h.failed or self.closing:
             return
         code = h.process.exitcode
         how = describe_exit(code)
@@ -141,12 +150,5 @@ class MessagesMixin:
             how += (" before it started (see its stderr; with start_method='spawn' or "
                     "'forkserver' the build function must be importable by the worker)")
         h.inbox.append(("dead", code, how))
-        if self._order == "first_ready":
-            self._arrivals.append(h.index)
-
-    def _detach(self, seg: Segment) -> None:
-        """The worker replaced ``seg``: close it once no batch uses it."""
-        if seg.users == 0:
-            seg.close()
-        else:
-            seg.detached = True
+        if self._first_ready:
+            self.arrivals.append(h.index)

@@ -1,6 +1,7 @@
-"""Slot lifetime on the consumer side of a process stage: which batches the
-consumer still holds, giving their slots back, and retaining the ones a
-worker cannot spare.
+"""Slot lifetime on the consumer side of a process stage: the
+:class:`SlotRing` a :class:`~feedq.process.ProcessStage` owns maps the
+workers' segments, knows which batches the consumer still holds, gives
+their slots back, and retains the ones a worker cannot spare.
 
 When a slot goes back to its worker
 -----------------------------------
@@ -22,25 +23,27 @@ kept, never silently reused.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-import threading
 
 import numpy as np
 
+from feedq.errors import DataLossError
 from feedq.process._launch import WorkerHandle
-from feedq.process._shm import Segment
+from feedq.process._shm import Segment, unlink
 from feedq.process._worker import EXTRA_SLOTS
 
-__all__ = ["Held", "SlotsMixin"]
+__all__ = ["Held", "SlotRing"]
 
 
 class Held:
-    """A batch the consumer took: its slot, and the array its views share."""
+    """A batch the consumer took: its worker and slot, and the array its views share."""
 
-    __slots__ = ("worker", "slot", "seg", "raw", "serial", "retained")
+    __slots__ = ("handle", "slot", "seg", "raw", "serial", "retained")
 
-    def __init__(self, worker: int, slot: int, seg: Segment, raw: np.ndarray, serial: int) -> None:
-        self.worker = worker
+    def __init__(self, handle: WorkerHandle, slot: int, seg: Segment, raw: np.ndarray,
+                 serial: int) -> None:
+        self.handle = handle
         self.slot = slot
         self.seg = seg
         self.raw: np.ndarray | None = raw
@@ -48,40 +51,95 @@ class Held:
         self.retained = False
 
 
-class SlotsMixin:
-    """Giving slots back: the slot methods of :class:`ProcessStage`."""
+class SlotRing:
+    """The consumer's side of the workers' shared-memory rings.
 
-    # Set by ProcessStage.__init__ (see there).
-    _take_lock: threading.Lock
-    _handles: list[WorkerHandle]
-    _held: list[Held]
-    _current: Held | None
-    _retained: int
+    Invariants: a slot goes back to its worker once per batch, and only when
+    no array of the batch is referenced (or at once with ``copy=True``); a
+    segment is unmapped only when no batch taken from it is held; a segment
+    a worker replaced (it grew, or the slot was retained) is never given
+    back. Used by the consumer's thread only (under the stage's take lock).
+    """
 
-    def _reclaim(self) -> None:
+    def __init__(self) -> None:
+        self.held: list[Held] = []  # batches taken earlier, maybe still referenced
+        self.current: Held | None = None  # the last batch taken (its loop variables hold it)
+        self.retained = 0  # slots the worker was told to replace (statistics)
+        self._serial = 0
+
+    def map(self, h: WorkerHandle, slot: int, name: str) -> Segment:
+        """The segment of ``h``'s ``slot`` named ``name``: mapped (and its name
+        unlinked) the first time, replacing the slot's previous segment."""
+        seg = h.slot_seg.get(slot)
+        if seg is not None and seg.name == name:
+            return seg
+        if seg is not None:
+            self._detach(seg)
+        try:
+            seg = Segment.open(name)
+        except OSError as exc:
+            raise DataLossError(
+                f"process stage worker {h.index} (pid {h.pid}): cannot map its shared "
+                f"memory segment {name!r}: {exc}"
+            ) from None
+        with contextlib.suppress(OSError):
+            unlink(name)  # both sides have it mapped: it needs no name any more
+        h.slot_seg[slot] = seg
+        return seg
+
+    def _detach(self, seg: Segment) -> None:
+        """The worker replaced ``seg``: close it once no batch uses it."""
+        if seg.users == 0:
+            seg.close()
+        else:
+            seg.detached = True
+
+    def took(self, h: WorkerHandle, slot: int, seg: Segment, raw: np.ndarray,
+             give_back: bool) -> None:
+        """The consumer took a batch of ``h`` in ``slot``, whose views share
+        ``raw``; ``give_back``: its arrays are private copies (slot back now)."""
+        self._serial += 1
+        seg.users += 1
+        rec = Held(h, slot, seg, raw, self._serial)
+        if give_back:
+            self._give_back(rec)
+        else:
+            self.current = rec
+
+    def release_current(self) -> None:
+        """The consumer moves on from its current batch (it may still hold it)."""
+        if self.current is not None:
+            self.held.append(self.current)
+            self.current = None
+
+    def reclaim(self) -> None:
         """Give back the slots of batches nobody references; retain (have the
         worker replace) the oldest ones a worker cannot spare."""
-        if not self._held:
+        if not self.held:
             return
         still: list[Held] = []
-        for rec in self._held:
+        for rec in self.held:
             # 2 references: rec.raw and getrefcount's argument. Any array
             # viewing the batch (or object holding one) adds one.
             if sys.getrefcount(rec.raw) <= 2:
                 self._give_back(rec)
             else:
                 still.append(rec)
-        self._held = still
-        for h in self._handles:
-            pinned = [r for r in still if r.worker == h.index and not r.retained]
-            while len(pinned) > h.slots - EXTRA_SLOTS:
-                self._retain(pinned.pop(0))
+        self.held = still
+        pinned: dict[int, list[Held]] = {}
+        for rec in still:
+            if not rec.retained:
+                pinned.setdefault(rec.handle.index, []).append(rec)
+        for recs in pinned.values():
+            spare = recs[0].handle.slots - EXTRA_SLOTS
+            while len(recs) > spare:
+                self._retain(recs.pop(0))
 
     def _give_back(self, rec: Held) -> None:
         rec.raw = None
         seg = rec.seg
         seg.users -= 1
-        h = self._handles[rec.worker]
+        h = rec.handle
         if rec.retained or seg.detached:
             if seg.users == 0:
                 seg.close()
@@ -95,26 +153,22 @@ class SlotsMixin:
 
     def _retain(self, rec: Held) -> None:
         rec.retained = True
-        self._retained += 1
-        h = self._handles[rec.worker]
+        self.retained += 1
+        h = rec.handle
         if h.slot_seg.get(rec.slot) is rec.seg:
             del h.slot_seg[rec.slot]
         rec.seg.detached = True
         h.returns.put(rec.slot, retain=True)
 
-    def release(self) -> None:
-        """Done with the last batch taken: its slot goes back to its worker
-        as soon as none of its arrays is referenced (at once if none is).
+    def drop(self) -> None:
+        """Forget every batch (the workers are stopped): our references only;
+        arrays the user still holds keep their mappings alive until they go."""
+        for rec in self.held:
+            rec.raw = None
+        self.held.clear()
+        self.current = None
 
-        Taking the next batch does the same; call this to give the slot back
-        earlier (e.g. after copying the batch to a GPU, before a long step).
-        Arrays still referenced stay valid: they only delay the slot.
-        """
-        with self._take_lock:
-            self._release_current()
-            self._reclaim()
-
-    def _release_current(self) -> None:
-        if self._current is not None:
-            self._held.append(self._current)
-            self._current = None
+    @property
+    def holding(self) -> int:
+        """Batches whose arrays may still be referenced by the consumer."""
+        return len(self.held) + (self.current is not None)

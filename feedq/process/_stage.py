@@ -6,12 +6,14 @@ reads the workers' control messages (``multiprocessing.connection.wait`` on
 their pipes and process sentinels), so a dead worker is seen the moment it
 dies, and nothing happens behind the consumer's back.
 
-The class is put together from one module per concern: ``_launch`` (start
-methods, argument checks, worker handles, the stop escalation),
-``_messages`` (reading the workers), ``_slots`` (when a slot goes back to
-its worker: batch lifetime), ``_order`` (epochs and the merge order),
-``_failures`` (a worker's failure as the consumer's exception) and
-``_state`` (``state_dict`` / ``load_state_dict``). ``_factory`` holds
+The stage owns one object per thing it keeps, each with its own
+invariants: a :class:`~feedq.process._messages.WorkerChannel` (the workers'
+handles, pipes and inboxes), a :class:`~feedq.process._slots.SlotRing`
+(segments mapped, batches held, slots given back: batch lifetime), a
+:class:`~feedq.process._order.MergeOrder` (epochs and the merge order) and
+:class:`~feedq.process._state.Positions` (what ``state_dict`` is made of).
+``_launch`` starts and stops processes, ``_failures`` turns a worker's
+failure into the consumer's exception; ``_factory`` holds
 :func:`process_stage`.
 """
 
@@ -25,7 +27,6 @@ import struct
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from feedq.errors import (
     CancelledError,
     DataLossError,
     DeadlineExceededError,
+    FailedPreconditionError,
     OutOfRangeError,
 )
 from feedq.pipeline import current_pipeline
@@ -48,13 +50,12 @@ from feedq.process._launch import (
     WorkerHandle,
     check_arguments,
     context,
-    stop_workers,
 )
-from feedq.process._messages import WAIT_SLICE_SECS, MessagesMixin
-from feedq.process._order import EPOCH_END, OrderMixin
+from feedq.process._messages import WAIT_SLICE_SECS, WorkerChannel
+from feedq.process._order import EPOCH_END, MergeOrder
 from feedq.process._shm import new_token, sweep
-from feedq.process._slots import Held, SlotsMixin
-from feedq.process._state import StateMixin, Take, new_records
+from feedq.process._slots import SlotRing
+from feedq.process._state import STATE_TIMEOUT_SECS, Positions
 from feedq.process._worker import (
     EXTRA_SLOTS,
     HEADER,
@@ -134,8 +135,7 @@ def _close_live_stages() -> None:
             stage.close()
 
 
-# StateMixin comes last: its stubs (_pump...) must not hide the mixins' methods.
-class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
+class ProcessStage:
     """Batches built by pipelines in worker processes, handed over in shared
     memory. Made by :func:`process_stage`; see there for the arguments.
 
@@ -196,34 +196,20 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
         self._closing = False  # set by close() before it takes _take_lock
         self._closed = False
         self._failure: BaseException | None = None
-        self._handles: list[WorkerHandle] = []
-        self._epoch = 0
-        self._epoch_done = False
-        self._rotation: list[int] = list(range(num_processes))
-        self._turn = 0
-        self._active: set[int] = set(range(num_processes))
-        self._arrivals: deque[int] = deque()
-        self._held: list[Held] = []
-        self._current: Held | None = None
+        self._ring = SlotRing()
+        self._channel = WorkerChannel(order, self._ring)
+        self._merge = MergeOrder(order, num_processes, epochs, self._channel)
         self._peeked: Any = None  # a batch peek() took, returned by the next take
-        self._serial = 0
         self._takes = 0
         self._ready = 0
         self._bytes = 0
         self._wait = 0.0
-        self._retained = 0
-        # Resumption (feedq.process._state): recent takes, state requests
-        # sent, and where the workers start (set by load_state_dict).
-        self._records: deque[Take] = new_records()
-        self._requests = 0
-        self._start_epoch = 0
-        self._resume: list[dict[str, Any]] | None = None
-        self._base_counts: dict[int, list[int]] = {}  # restored: batches delivered before
-
         pipe = current_pipeline()
         self._coord = None if pipe is None else pipe.coord
         self._resumable = (pipe is not None and pipe.resumable) if resumable is None else bool(
             resumable)
+        self._positions = Positions(num_processes, order, self._resumable, self._channel,
+                                    self._merge)
         if pipe is not None and pipe.resumable:
             # The pipeline's output: its state_dict is ours, and its state=...
             # (if any) is ours to start from.
@@ -231,7 +217,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
             if pending is not None and state is None:
                 state = pending
         if state is not None:
-            self._apply_state(state)
+            self._positions.apply(state)
         sweep()  # segments of dead parents (a SIGKILLed run)
         self._start_workers()
         _live.add(self)
@@ -243,10 +229,12 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
 
     def _start_workers(self) -> None:
         ctx = context(self._method)
+        handles = self._channel.handles
+        positions = self._positions
         try:
             for i in range(self._num):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
-                close_fds = [h.conn.fileno() for h in self._handles] if self._method == "fork" else []
+                close_fds = [h.conn.fileno() for h in handles] if self._method == "fork" else []
                 if self._method == "fork":
                     close_fds.append(parent_conn.fileno())
                 returns = SlotReturns(ctx, self._slots or MAX_SLOTS)
@@ -254,8 +242,8 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
                     build=self._build, index=i, num_workers=self._num, epochs=self._epochs,
                     seed=self._seed, parent_pid=self._parent_pid, token=self._token,
                     slots=self._slots, returns=returns, close_fds=close_fds,
-                    start_epoch=self._start_epoch,
-                    resume=None if self._resume is None else self._resume[i],
+                    start_epoch=positions.start_epoch,
+                    resume=None if positions.resume is None else positions.resume[i],
                     resumable=self._resumable,
                 )
                 process = ctx.Process(target=worker_main, args=(config, child_conn),
@@ -264,10 +252,9 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
                     process.start()
                 finally:
                     child_conn.close()
-                h = WorkerHandle(i, process, parent_conn, returns, self._slots or MAX_SLOTS)
-                for epoch, counts in self._base_counts.items():
-                    h.counts[epoch] = (counts[i], 0)
-                self._handles.append(h)
+                handles.append(WorkerHandle(i, process, parent_conn, returns,
+                                            self._slots or MAX_SLOTS))
+            positions.workers_started()
         except BaseException:
             self._closed = True
             self._shutdown()
@@ -275,9 +262,10 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
 
     def _restart_workers(self) -> None:
         """Stop the workers (nothing was taken from them) and start new ones
-        from ``_start_epoch`` and ``_resume`` (load_state_dict)."""
+        from where the positions say (load_state_dict)."""
         self._shutdown(grace=STOP_GRACE_SECS)
-        self._handles = []
+        self._channel.handles.clear()
+        self._channel.closing = False
         self._token = new_token()
         try:
             self._start_workers()
@@ -297,6 +285,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
         if self._closed:
             return
         self._closing = True
+        self._channel.closing = True
         got = self._take_lock.acquire(timeout=2.0)
         try:
             if self._closed:
@@ -310,13 +299,8 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
     def _shutdown(self, grace: float = STOP_GRACE_SECS) -> None:
         """Stop the workers: ask, wait ``grace`` s, SIGTERM, SIGKILL."""
         _live.discard(self)
-        stop_workers(self._handles, grace)
-        # Our references only: arrays the user still holds keep their
-        # mappings alive until they go.
-        for rec in self._held:
-            rec.raw = None
-        self._held.clear()
-        self._current = None
+        self._channel.stop(grace)
+        self._ring.drop()
         self._peeked = None
 
     def __enter__(self) -> ProcessStage:
@@ -341,8 +325,9 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
             if self._peeked is not None:
                 batch, self._peeked = self._peeked, None
                 return batch
-            self._release_current()
-            self._reclaim()
+            self._ring.release_current()
+            self._ring.reclaim()
+            merge = self._merge
             wait = resolve_timeout(timeout)
             deadline = None if wait is None else time.monotonic() + wait
             started = time.perf_counter()
@@ -351,16 +336,16 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
             failure_seen: float | None = None
             try:
                 while True:
-                    if self._epoch_done:
-                        if not stream or not self._more_epochs():
+                    if merge.epoch_done:
+                        if not stream or not merge.more_epochs():
                             raise _EpochEnd()
-                        self._start_next_epoch()
-                    ev = self._next_event()
+                        merge.start_next_epoch()
+                    ev = merge.next_event()
                     if ev is None:
-                        self._poll_fast()
-                        ev = self._next_event()
+                        self._channel.poll_fast(merge.next_worker())
+                        ev = merge.next_event()
                     if ev is EPOCH_END:
-                        self._epoch_done = True
+                        merge.epoch_done = True
                         continue
                     if ev is not None:
                         if ev[1] == "batch":
@@ -369,7 +354,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
                             return self._deliver(ev)
                         self._fail(ev)
                     first = False
-                    if self._failure_pending():
+                    if merge.failure_pending():
                         # Another worker failed while we wait for this one:
                         # give the one we wait for a moment (its batches come
                         # first in the rotation), then report the failure.
@@ -377,7 +362,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
                         if failure_seen is None:
                             failure_seen = now
                         elif now - failure_seen >= _FAILURE_GRACE_SECS:
-                            failure = self._pending_failure()
+                            failure = merge.pending_failure()
                             if failure is not None:
                                 self._fail(failure)
                     if self._closing:
@@ -389,14 +374,14 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
                         raise DeadlineExceededError(
                             f"no batch from the process stage within {wait:g} s")
                     slice_ = WAIT_SLICE_SECS if failure_seen is None else 0.02
-                    self._pump(min(remaining, slice_))
+                    self._channel.pump(min(remaining, slice_))
             finally:
                 self._wait += time.perf_counter() - started
                 self._waiting_since = None
 
     def _deliver(self, ev: tuple[Any, ...]) -> Any:
         index, _, epoch, slot, seg, gen, nbytes, tree, descs = ev
-        h = self._handles[index]
+        h = self._channel.handles[index]
         magic, hgen, hbytes, _pid = struct.unpack_from(HEADER_FORMAT, seg.mm, 0)
         if magic != MAGIC or hgen != gen or hbytes != nbytes:
             raise DataLossError(
@@ -406,22 +391,16 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
             )
         raw = np.frombuffer(seg.mm, np.uint8, count=nbytes, offset=HEADER)
         batch = _layout.unflatten(tree, _layout.read(raw, descs, copy=self._copy))
-        self._record(index, epoch)
+        self._positions.record(self._takes, index, epoch)
         h.received += 1
         self._takes += 1
         self._bytes += nbytes
-        self._serial += 1
-        seg.users += 1
-        rec = Held(index, slot, seg, raw, self._serial)
-        del raw
-        if self._copy:
-            self._give_back(rec)
-        else:
-            self._current = rec
+        self._ring.took(h, slot, seg, raw, give_back=self._copy)
+        del raw  # the ring's reference is the one it counts
         return batch
 
     def _fail(self, ev: tuple[Any, ...]) -> None:
-        exc = worker_exception(ev, self._handles[ev[0]].pid)
+        exc = worker_exception(ev, self._channel.handles[ev[0]].pid)
         self._failure = exc
         self._closed = True
         self._shutdown(grace=0.0)  # the stage is broken: no point in waiting
@@ -463,16 +442,22 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
             if self._peeked is not None:
                 return self._peeked
             self._check_usable()
-            if self._epoch_done:
-                if not self._more_epochs():
-                    raise OutOfRangeError(self._end_message())
-                self._start_next_epoch()
+            self._start_epoch_if_done()
         try:
             batch = self._take(timeout, stream=False)
         except _EpochEnd:
-            raise OutOfRangeError(f"epoch {self._epoch} of the process stage is empty") from None
+            raise OutOfRangeError(
+                f"epoch {self._merge.epoch} of the process stage is empty") from None
         self._peeked = batch
         return batch
+
+    def _start_epoch_if_done(self) -> None:
+        """Before a new loop or a peek: start the next epoch if this one is
+        over (``OutOfRangeError`` after the last)."""
+        if self._merge.epoch_done:
+            if not self._merge.more_epochs():
+                raise OutOfRangeError(self._end_message())
+            self._merge.start_next_epoch()
 
     def _end_message(self) -> str:
         n = self._epochs
@@ -482,10 +467,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
         """The batches of one epoch (see the class docstring)."""
         with self._take_lock:
             self._check_usable()
-            if self._epoch_done:
-                if not self._more_epochs():
-                    raise OutOfRangeError(self._end_message())
-                self._start_next_epoch()
+            self._start_epoch_if_done()
         return self._epoch_batches()
 
     def _epoch_batches(self) -> Iterator[Any]:
@@ -500,6 +482,98 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
                 raise
             yield batch
 
+    # -- batch lifetime and resumption ----------------------------------------------
+
+    def release(self) -> None:
+        """Done with the last batch taken: its slot goes back to its worker
+        as soon as none of its arrays is referenced (at once if none is).
+
+        Taking the next batch does the same; call this to give the slot back
+        earlier (e.g. after copying the batch to a GPU, before a long step).
+        Arrays still referenced stay valid: they only delay the slot.
+        """
+        with self._take_lock:
+            self._ring.release_current()
+            self._ring.reclaim()
+
+    @property
+    def taken(self) -> int:
+        """Batches handed to the consumer so far (tickets 0, 1, ...; a batch
+        :meth:`peek` holds is not counted until it is taken)."""
+        return self._takes - (self._peeked is not None)
+
+    def state_dict(self, upto: int | None = None) -> dict[str, Any]:
+        """The stage's position, as plain data (picklable, ``torch.save``-able).
+
+        The state describes what the consumer received: restored into a new
+        stage built the same way (same ``build``, ``num_processes``,
+        ``epochs`` and ``seed``), the new stage delivers exactly the batches
+        this one would have delivered next -- in the same order with
+        ``order="deterministic"`` and worker pipelines whose own order is
+        fixed (seeded shuffles), and in any case every batch not yet
+        delivered, once.
+
+        Each worker is asked for its pipeline's state as of the batches the
+        consumer took from it; batches waiting in shared memory are not
+        delivered. A worker whose ``build`` returned a plain iterable (no
+        ``state_dict``) is saved as a count of batches: the restored worker
+        replays its iterable from the start and skips them.
+
+        Args:
+            upto: the state as if only the first ``upto`` batches taken had
+                been delivered (``None``: all taken so far). Batches taken
+                after them are delivered again after a restore (a
+                :class:`feedq.DeviceFeeder` passes the batches its consumer
+                got). At most ``STATE_WINDOW`` (256) batches back.
+
+        Raises:
+            InvalidArgumentError: ``upto`` is out of range.
+            UnavailableError: a worker died or failed before it answered.
+            DeadlineExceededError: a worker did not answer within 30 s.
+            CancelledError: the stage was closed or failed.
+        """
+        # A feeder's thread may be inside a take, waiting for a batch: wait
+        # for it, within bounds.
+        if not self._take_lock.acquire(timeout=STATE_TIMEOUT_SECS):
+            raise DeadlineExceededError(
+                f"state_dict waited {STATE_TIMEOUT_SECS:g} s for another thread's take from "
+                "the process stage")
+        try:
+            self._check_usable()
+            return self._positions.state(upto, self.taken, self._takes)
+        finally:
+            self._take_lock.release()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict` of a stage built
+        the same way), before the first batch is taken.
+
+        The workers started when the stage was made are stopped and started
+        again with their states (a restore costs one worker start; a batch
+        :meth:`peek` holds is dropped with them): each
+        calls ``load_state_dict`` on the stage its ``build`` returns before
+        taking from it, or replays a plain iterable and skips the batches
+        the state counts as delivered. The merge position (whose turn it is)
+        is restored here.
+
+        Raises:
+            InvalidArgumentError: not a process stage state, or one of a
+                different shape (another ``num_processes``, an epoch beyond
+                ``epochs``); nothing is changed.
+            FailedPreconditionError: batches were already taken.
+            CancelledError: the stage was closed or failed.
+        """
+        with self._take_lock:
+            self._check_usable()
+            if self.taken:
+                raise FailedPreconditionError(
+                    "load_state_dict must come before the process stage's first batch is taken")
+            # A batch peek() holds (an adapter reading the structure) is
+            # dropped with the workers: the restored stage delivers its own.
+            self._positions.apply(state)
+            self._restart_workers()
+            self._takes = 0
+
     # -- what it is -------------------------------------------------------------
 
     @property
@@ -509,7 +583,7 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
     @property
     def epoch(self) -> int:
         """The epoch being read (0 first)."""
-        return self._epoch
+        return self._merge.epoch
 
     @property
     def epochs(self) -> int | None:
@@ -519,14 +593,21 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
     @property
     def pids(self) -> list[int]:
         """The workers' process ids, in worker order."""
-        return [h.pid for h in self._handles]
+        return [h.pid for h in self._channel.handles]
+
+    @property
+    def _handles(self) -> list[WorkerHandle]:
+        """The consumer's handles on the workers (tests read their inboxes)."""
+        return self._channel.handles
+
+    def _pump(self, timeout: float) -> None:
+        """Read what the workers sent, waiting up to ``timeout`` (tests)."""
+        self._channel.pump(timeout)
 
     def _stall_workers(self) -> str:
         """Stall reports: the workers a waiting take waits for, by index and pid."""
-        if self._order == "deterministic" and self._rotation:
-            waited = [self._handles[self._rotation[self._turn % len(self._rotation)]]]
-        else:
-            waited = [self._handles[i] for i in sorted(self._active)] or list(self._handles)
+        handles = self._channel.handles
+        waited = [handles[i] for i in self._merge.waited_for()]
         return ", ".join(
             f"worker {h.index} (pid {h.pid}, "
             f"{'exited' if h.exited or not h.process.is_alive() else 'alive'}, "
@@ -534,13 +615,13 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
 
     def statistics(self) -> ProcessStageStatistics:
         """A snapshot (see :class:`ProcessStageStatistics`)."""
-        handles = list(self._handles)
+        handles = list(self._channel.handles)
         segs = [s for h in handles for s in list(h.slot_seg.values())]
         return ProcessStageStatistics(
             num_processes=self._num,
             start_method=self._method,
             order=self._order,
-            epoch=self._epoch,
+            epoch=self._merge.epoch,
             pids=tuple(h.pid for h in handles),
             workers_alive=sum(1 for h in handles if not h.exited and h.process.is_alive()),
             received=tuple(h.received for h in handles),
@@ -551,11 +632,11 @@ class ProcessStage(MessagesMixin, SlotsMixin, OrderMixin, StateMixin):
             wait_seconds=self._wait,
             segments=len(segs),
             shared_bytes=sum(s.size for s in segs),
-            held=len(self._held) + (self._current is not None),
-            retained=self._retained,
+            held=self._ring.holding,
+            retained=self._ring.retained,
         )
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"epoch {self._epoch}"
+        state = "closed" if self._closed else f"epoch {self._merge.epoch}"
         return (f"ProcessStage({self._num} processes, order={self._order!r}, "
                 f"start_method={self._method!r}, {state})")

@@ -16,13 +16,13 @@ state is taken. A worker whose ``build`` returns a plain iterable, without
 ``state_dict``, is restored by replay: it builds again and skips the batches
 already delivered.
 
-:class:`StateMixin` holds the methods; :class:`feedq.process.ProcessStage`
-owns the fields it works on (set up in its ``__init__``).
+A :class:`~feedq.process.ProcessStage` owns one :class:`Positions`: the
+takes it remembers, how many batches of each epoch came from each worker,
+where restored workers start, and the state requests it sent.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from typing import Any, NamedTuple
@@ -31,12 +31,13 @@ from feedq._resume.builds import check_state
 from feedq.errors import (
     CancelledError,
     DeadlineExceededError,
-    FailedPreconditionError,
     InvalidArgumentError,
     UnavailableError,
 )
+from feedq.process._messages import WorkerChannel
+from feedq.process._order import MergeOrder
 
-__all__ = ["STATE_WINDOW", "StateMixin", "Take"]
+__all__ = ["STATE_WINDOW", "Positions", "Take"]
 
 #: The format tag of a process stage's state.
 FORMAT = "feedq.process_stage/1"
@@ -66,108 +67,68 @@ class Take(NamedTuple):
     epoch: int
 
 
-class StateMixin:
-    """``state_dict`` / ``load_state_dict`` of :class:`ProcessStage`."""
+class Positions:
+    """What a process stage's state is made of, on the consumer side.
 
-    # Set by ProcessStage.__init__ (see there).
-    _take_lock: threading.Lock
-    _num: int
-    _order: str
-    _epochs: int | None
-    _epoch: int
-    _epoch_done: bool
-    _rotation: list[int]
-    _turn: int
-    _active: set[int]
-    _takes: int
-    _peeked: Any
-    _handles: list[Any]
-    _closing: bool
-    _records: deque[Take]
-    _requests: int
-    _start_epoch: int
-    _resume: list[dict[str, Any]] | None
-    _resumable: bool
-    _base_counts: dict[int, list[int]]
+    Invariants: ``records`` holds the last :data:`STATE_WINDOW` takes in
+    ticket order; ``counts[i][epoch]`` is ``(batches of worker i delivered
+    before a restore, batches of it taken since)`` for the current epoch and
+    the one before (older ones are dropped: the workers keep only those two
+    pipelines); ``start_epoch`` and ``resume`` are where the workers (re)start.
+    Changed under the stage's take lock only.
+    """
 
-    def _check_usable(self) -> None:
-        raise NotImplementedError
+    def __init__(self, num_processes: int, order: str, resumable: bool,
+                 channel: WorkerChannel, merge: MergeOrder) -> None:
+        self.records: deque[Take] = deque(maxlen=STATE_WINDOW)
+        self.start_epoch = 0
+        self.resume: list[dict[str, Any]] | None = None
+        self.counts: list[dict[int, tuple[int, int]]] = [{} for _ in range(num_processes)]
+        self._base: dict[int, list[int]] = {}  # restored: batches delivered before, per epoch
+        self._requests = 0
+        self._num = num_processes
+        self._order = order
+        self._resumable = resumable
+        self._channel = channel
+        self._merge = merge
 
-    def _pump(self, timeout: float) -> None:
-        raise NotImplementedError
+    def workers_started(self) -> None:
+        """New workers: count their batches from what the state delivered."""
+        self.counts = [{epoch: (base[i], 0) for epoch, base in self._base.items()}
+                       for i in range(self._num)]
 
-    def _restart_workers(self) -> None:
-        raise NotImplementedError
+    def record(self, ticket: int, worker: int, epoch: int) -> None:
+        """The consumer took batch ``ticket``, of ``worker`` in ``epoch``."""
+        self.records.append(Take(ticket, worker, epoch))
+        counts = self.counts[worker]
+        base, recv = counts.get(epoch, (0, 0))
+        counts[epoch] = (base, recv + 1)
+        for old in [e for e in counts if e < epoch - 1]:
+            del counts[old]
 
-    @property
-    def taken(self) -> int:
-        """Batches handed to the consumer so far (tickets 0, 1, ...; a batch
-        :meth:`peek` holds is not counted until it is taken)."""
-        return self._takes - (self._peeked is not None)
-
-    def state_dict(self, upto: int | None = None) -> dict[str, Any]:
-        """The stage's position, as plain data (picklable, ``torch.save``-able).
-
-        The state describes what the consumer received: restored into a new
-        stage built the same way (same ``build``, ``num_processes``,
-        ``epochs`` and ``seed``), the new stage delivers exactly the batches
-        this one would have delivered next -- in the same order with
-        ``order="deterministic"`` and worker pipelines whose own order is
-        fixed (seeded shuffles), and in any case every batch not yet
-        delivered, once.
-
-        Each worker is asked for its pipeline's state as of the batches the
-        consumer took from it; batches waiting in shared memory are not
-        delivered. A worker whose ``build`` returned a plain iterable (no
-        ``state_dict``) is saved as a count of batches: the restored worker
-        replays its iterable from the start and skips them.
-
-        Args:
-            upto: the state as if only the first ``upto`` batches taken had
-                been delivered (``None``: all taken so far). Batches taken
-                after them are delivered again after a restore (a
-                :class:`feedq.DeviceFeeder` passes the batches its consumer
-                got). At most :data:`STATE_WINDOW` batches back.
-
-        Raises:
-            InvalidArgumentError: ``upto`` is out of range.
-            UnavailableError: a worker died or failed before it answered.
-            DeadlineExceededError: a worker did not answer within 30 s.
-            CancelledError: the stage was closed or failed.
-        """
-        # A feeder's thread may be inside a take, waiting for a batch: wait
-        # for it, within bounds.
-        if not self._take_lock.acquire(timeout=STATE_TIMEOUT_SECS):
-            raise DeadlineExceededError(
-                f"state_dict waited {STATE_TIMEOUT_SECS:g} s for another thread's take from "
-                "the process stage")
-        try:
-            return self._state_locked(upto)
-        finally:
-            self._take_lock.release()
-
-    def _state_locked(self, upto: int | None) -> dict[str, Any]:
-        self._check_usable()
-        taken = self.taken
+    def state(self, upto: int | None, taken: int, takes: int) -> dict[str, Any]:
+        """The state as of ticket ``upto`` (see ProcessStage.state_dict);
+        ``taken``: batches handed out, ``takes``: that plus a peeked one."""
         if upto is None:
             upto = taken
         if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= taken:
             raise InvalidArgumentError(
                 f"upto must be an int in [0, {taken}] (batches taken), got {upto!r}")
-        later = [r for r in self._records if r.ticket >= upto]
-        if upto < self._takes and (not self._records or self._records[0].ticket > upto):
+        later = [r for r in self.records if r.ticket >= upto]
+        if upto < takes and (not self.records or self.records[0].ticket > upto):
             raise InvalidArgumentError(
                 f"upto={upto} is more than {STATE_WINDOW} batches back (taken: {taken})")
+        merge = self._merge
         first: int | None
         if later:
             epoch, done, first = later[0].epoch, False, later[0].worker
         else:
-            epoch, done, first = self._epoch, self._epoch_done, self._next_turn()
-        if epoch < self._epoch - 1:
+            epoch, done, first = merge.epoch, merge.epoch_done, merge.next_worker()
+        if epoch < merge.epoch - 1:
             raise InvalidArgumentError(
                 f"upto={upto} reaches back to epoch {epoch}; the workers keep only the "
-                f"pipelines of epochs {self._epoch - 1} and {self._epoch}")
-        counts = [h.counts.get(epoch, (0, 0)) for h in self._handles]
+                f"pipelines of epochs {merge.epoch - 1} and {merge.epoch}")
+        counts = [c.get(epoch, (0, 0)) for c in self.counts]
         sent = [recv - sum(1 for r in later if r.worker == i and r.epoch == epoch)
                 for i, (_, recv) in enumerate(counts)]
         received = [base + n for (base, _), n in zip(counts, sent)]
@@ -183,23 +144,18 @@ class StateMixin:
             K_WORKERS: workers,
         }
 
-    def _next_turn(self) -> int | None:
-        """The worker whose batch comes next (deterministic order)."""
-        if self._order != "deterministic" or not self._rotation:
-            return None
-        return self._rotation[self._turn % len(self._rotation)]
-
     def _ask_workers(self, epoch: int, sent: list[int]) -> list[dict[str, Any]]:
         """Each worker's state in ``epoch`` once its first ``sent[i]``
         batches of the epoch are delivered."""
         self._requests += 1
         request = self._requests
-        for h, n in zip(self._handles, sent):
+        handles = self._channel.handles
+        for h, n in zip(handles, sent):
             h.send(("state", request, epoch, n))
         deadline = time.monotonic() + STATE_TIMEOUT_SECS
         try:
             while True:
-                missing = [h for h in self._handles if request not in h.replies]
+                missing = [h for h in handles if request not in h.replies]
                 if not missing:
                     break
                 for h in missing:
@@ -207,16 +163,16 @@ class StateMixin:
                         raise UnavailableError(
                             f"process stage worker {h.index} (pid {h.pid}) ended or failed "
                             "before it could report its state")
-                if self._closing:
+                if self._channel.closing:
                     raise CancelledError("this process stage was closed")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise DeadlineExceededError(
                         f"process stage worker {missing[0].index} (pid {missing[0].pid}) did not "
                         f"report its state within {STATE_TIMEOUT_SECS:g} s")
-                self._pump(min(remaining, _SLICE_SECS))
+                self._channel.pump(min(remaining, _SLICE_SECS))
             states = []
-            for h in self._handles:
+            for h in handles:
                 _, _, reply, error = h.replies[request]
                 if error is not None:
                     hint = "" if self._resumable else (
@@ -228,57 +184,24 @@ class StateMixin:
                 states.append(reply)
             return states
         finally:
-            for h in self._handles:
+            for h in handles:
                 h.replies.pop(request, None)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (from :meth:`state_dict` of a stage built
-        the same way), before the first batch is taken.
-
-        The workers started when the stage was made are stopped and started
-        again with their states (a restore costs one worker start; a batch
-        :meth:`peek` holds is dropped with them): each
-        calls ``load_state_dict`` on the stage its ``build`` returns before
-        taking from it, or replays a plain iterable and skips the batches
-        the state counts as delivered. The merge position (whose turn it is)
-        is restored here.
-
-        Raises:
-            InvalidArgumentError: not a process stage state, or one of a
-                different shape (another ``num_processes``, an epoch beyond
-                ``epochs``); nothing is changed.
-            FailedPreconditionError: batches were already taken.
-            CancelledError: the stage was closed or failed.
-        """
-        with self._take_lock:
-            self._check_usable()
-            if self.taken:
-                raise FailedPreconditionError(
-                    "load_state_dict must come before the process stage's first batch is taken")
-            # A batch peek() holds (an adapter reading the structure) is
-            # dropped with the workers: the restored stage delivers its own.
-            self._apply_state(state)
-            self._restart_workers()
-            self._takes = 0
-            self._records.clear()
-
-    def _apply_state(self, state: dict[str, Any]) -> None:
+    def apply(self, state: dict[str, Any]) -> None:
         """Set where the workers start and the merge position from ``state``
-        (before the workers start: ``_start_workers`` uses it)."""
+        (before the workers start: they are started from it)."""
         epoch, done, first, received, workers = self._parse(state)
         if done:
             epoch += 1
             received = [0] * self._num
             workers = None
-        exhausted = self._epochs is not None and epoch >= self._epochs
-        self._start_epoch = epoch
-        self._resume = workers
-        self._epoch = epoch - 1 if exhausted else epoch
-        self._epoch_done = exhausted
-        self._rotation = list(range(self._num))
-        self._turn = 0 if first is None else first
-        self._active = set(range(self._num))
-        self._base_counts = {self._epoch: received}
+        exhausted = self._merge.epochs is not None and epoch >= self._merge.epochs
+        self.start_epoch = epoch
+        self.resume = workers
+        current = epoch - 1 if exhausted else epoch
+        self._merge.restore(current, exhausted, 0 if first is None else first)
+        self._base = {current: received}
+        self.records.clear()
 
     def _parse(self, state: Any) -> tuple[int, bool, int | None, list[int],
                                           list[dict[str, Any]] | None]:
@@ -296,9 +219,9 @@ class StateMixin:
         received, workers = state.get(K_RECEIVED), state.get(K_WORKERS)
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise InvalidArgumentError(f"bad epoch in the process stage state: {epoch!r}")
-        if self._epochs is not None and epoch >= self._epochs:
+        if self._merge.epochs is not None and epoch >= self._merge.epochs:
             raise InvalidArgumentError(
-                f"the state is in epoch {epoch}; this process stage reads {self._epochs} "
+                f"the state is in epoch {epoch}; this process stage reads {self._merge.epochs} "
                 f"epoch(s): restore into a stage with the same epochs")
         if first is not None and (isinstance(first, bool) or not isinstance(first, int)
                                   or not 0 <= first < self._num):
@@ -317,16 +240,3 @@ class StateMixin:
                     raise InvalidArgumentError(f"bad state of worker {i} in the process stage "
                                                f"state: {w!r}")
         return epoch, bool(done), first, list(received), workers
-
-    def _record(self, worker: int, epoch: int) -> None:
-        """A batch of ``worker`` in ``epoch`` was taken (before _takes counts it)."""
-        self._records.append(Take(self._takes, worker, epoch))
-        h = self._handles[worker]
-        base, recv = h.counts.get(epoch, (0, 0))
-        h.counts[epoch] = (base, recv + 1)
-        for old in [e for e in h.counts if e < epoch - 1]:
-            del h.counts[old]
-
-
-def new_records() -> deque[Take]:
-    return deque(maxlen=STATE_WINDOW)

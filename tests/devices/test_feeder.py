@@ -164,6 +164,125 @@ def test_staged_queue_dequeues_straight_into_slots() -> None:
     assert outs[0] == slot_ids[0] and outs[1] == slot_ids[1] and outs[2] == slot_ids[0]
 
 
+# -- a batcher stage read as a queue ----------------------------------------------
+
+
+def batcher(n: int, batch_size: int, *, resumable: bool = False, smaller_final: bool = False,
+            names: bool = False) -> tuple[feedq.Pipeline, Any]:
+    """A pipeline (not entered) and its batcher over rows x = [i, i+0.5], y = i."""
+    pipe = feedq.Pipeline(resumable=resumable)
+    with pipe.as_default():
+        x = np.stack([np.arange(n), np.arange(n) + 0.5], axis=1).astype(np.float32)
+        y = np.arange(n, dtype=np.int64)
+        rows = feedq.slice_input_producer({"x": x, "y": y} if names else [x, y], shuffle=False,
+                                          num_epochs=1)
+        stage = feedq.batch(rows, batch_size, allow_smaller_final_batch=smaller_final)
+    return pipe, stage
+
+
+@pytest.mark.parametrize("resumable", [False, True], ids=["plain", "resumable"])
+def test_stage_dequeue_many_writes_into_out_without_its_position_column(resumable: bool) -> None:
+    pipe, stage = batcher(12, 4, resumable=resumable, names=True)
+    with pipe:
+        out = {"x": np.full((4, 2), -1, np.float32), "y": np.full(4, -1, np.int64)}
+        got = stage.dequeue_many(4, timeout=10, out=out)
+        assert list(got) == ["x", "y"] and got["y"].tolist() == [0, 1, 2, 3]
+        assert np.shares_memory(got["x"], out["x"]) and np.shares_memory(got["y"], out["y"])
+        assert out["x"][:, 1].tolist() == [0.5, 1.5, 2.5, 3.5]
+        assert stage.dequeue(timeout=10)["y"].tolist() == [4, 5, 6, 7]  # the same stream
+        assert stage.taken == (2 if resumable else 0)
+        with pytest.raises(InvalidArgumentError, match=r"^dequeue_many\(3\) on a batcher of "
+                                                       r"batch_size 4: .*one batch$"):
+            stage.dequeue_many(3, out=out)
+        with pytest.raises(InvalidArgumentError, match="needs a buffer of dtype int64"):
+            stage.dequeue_many(4, out={"x": out["x"], "y": out["x"]})
+
+
+def test_stage_dequeue_many_gives_the_short_final_batch_as_dequeue_does() -> None:
+    pipe, stage = batcher(10, 4, smaller_final=True)
+    with pipe:
+        out = [np.zeros((4, 2), np.float32), np.zeros(4, np.int64)]
+        got = [stage.dequeue_many(4, timeout=10, out=out)[1].tolist() for _ in range(3)]
+        assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+        with pytest.raises(OutOfRangeError):
+            stage.dequeue_many(4, timeout=10, out=out)
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["batch", "shuffle_batch"])
+def test_stage_state_is_the_same_whichever_call_took_the_batches(shuffle: bool) -> None:
+    """A resumable batcher files the same positions for dequeue_many(out=) as for
+    dequeue(): the states after the same batches are equal, at every batch."""
+    def run(into: bool) -> list[dict[str, Any]]:
+        pipe = feedq.Pipeline(resumable=True)
+        with pipe.as_default():
+            rows = feedq.slice_input_producer([np.arange(40, dtype=np.int64)], shuffle=False,
+                                              num_epochs=1, seed=1)
+            stage = (feedq.shuffle_batch(rows, 4, capacity=16, min_after_dequeue=6, seed=2,
+                                         num_threads=1) if shuffle else feedq.batch(rows, 4))
+        states = []
+        out = np.zeros(4, np.int64)
+        with pipe:
+            for _ in range(6):
+                if into:
+                    stage.dequeue_many(4, timeout=10, out=out)
+                else:
+                    stage.dequeue(timeout=10)
+                states.append(stage.state_dict())
+            states.append(stage.state_dict(upto=3))
+        return states
+
+    assert run(True) == run(False)
+
+
+@pytest.mark.parametrize("staging", [False, True], ids=["host", "staged"])
+def test_feeder_reads_a_batcher_stage_straight_into_its_slots(
+        staging: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batcher stage is a queue to the feeder: dequeue_many(out=slot), never a
+    second copy into the slot (feedq._devices.source.stage)."""
+    from feedq._devices import feeder_thread, source
+
+    copies: list[int] = []
+    real = source.stage
+
+    def counting_stage(*args: Any) -> Any:
+        copies.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(source, "stage", counting_stage)
+    monkeypatch.setattr(feeder_thread, "stage", counting_stage)
+    pipe, stage = batcher(22, 4, smaller_final=True)
+    with pipe:
+        feeder = DeviceFeeder(stage, device="cpu", staging=staging, prefetch=1)
+        outs: list[list[int]] = []
+        real_take = stage.dequeue_many
+
+        def spy(n: int, timeout: Any = None, out: Any = None, *, cancel: Any = None) -> Any:
+            outs.append([] if out is None else [id(o) for o in out])
+            return real_take(n, timeout=timeout, out=out, cancel=cancel)
+
+        stage.dequeue_many = spy
+        got = drain(feeder)
+    assert [y.tolist() for _, y in got] == [list(range(i, min(i + 4, 22))) for i in range(0, 22, 4)]
+    assert copies == []
+    if staging:
+        slot_ids = [[id(h) for h in s.host] for s in feeder._slots]
+        assert outs and all(o in slot_ids for o in outs)
+    else:
+        assert outs and all(o == [] for o in outs)  # nothing staged: the batches as they came
+
+
+def test_feeder_over_a_stage_takes_no_batch_size_and_ends_at_a_clean_stop() -> None:
+    pipe, stage = batcher(8, 4)
+    with pytest.raises(ValueError, match="batch_size is for queue sources"):
+        DeviceFeeder(stage, 4, device="cpu")
+    with pipe:
+        with DeviceFeeder(stage, device="cpu", staging=True) as feeder:
+            assert next(feeder)[1].tolist() == [0, 1, 2, 3]
+            pipe.stop()
+            rest = list(feeder)
+    assert [y.tolist() for _, y in rest] in ([], [[4, 5, 6, 7]])
+
+
 # -- recycling gated by events ---------------------------------------------------
 
 

@@ -131,10 +131,13 @@ def test_automatic_prefetch_keeps_more_small_batches_in_flight() -> None:
         deadline = time.monotonic() + 30
         while stage.statistics().segments < 18 and time.monotonic() < deadline:
             stage._pump(0.05)  # the worker fills every slot but the one we hold
-        time.sleep(0.2)
-        stage._pump(0.05)
-        assert stage.statistics().segments == 18  # and no more
+        assert stage.statistics().segments == 18
+        handle = stage._handles[0]
+        # No more: a worker announces every segment before it creates one, and
+        # over the whole run (40 batches, one size, nothing kept) it announced
+        # exactly the ring's 18 -- none while the ring was full.
         assert int(first[0]) == 0 and [int(b[0]) for b in it] == list(range(1, 40))
+        assert len(handle.announced) == 18 and stage.statistics().retained == 0
 
 
 def test_slots_grow_for_bigger_batches() -> None:

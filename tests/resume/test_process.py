@@ -87,7 +87,7 @@ def wait_rings_full(stage: ProcessStage) -> None:
     inboxes: the point is to have batches in flight when the state is taken."""
     def sent_all() -> bool:
         stage._pump(0.01)
-        return all(any(ev[0] == "end" for ev in h.inbox) or h.index not in stage._rotation
+        return all(any(ev[0] == "end" for ev in h.inbox) or h.index not in stage._merge.rotation
                    for h in stage._handles)
 
     wait_until(sent_all, 10.0, "every worker's epoch in its ring")
