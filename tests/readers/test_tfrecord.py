@@ -18,9 +18,9 @@ from feedq.readers import (
     TFRecordOptions,
     TFRecordReader,
     TFRecordWriter,
+    masked_crc32c,
     tf_record_iterator,
 )
-from feedq.readers._crc import masked_crc32c
 
 pytestmark = pytest.mark.timeout(10)
 
