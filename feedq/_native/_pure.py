@@ -15,6 +15,7 @@ Imports nothing from feedq.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -681,3 +682,26 @@ def take_bytes(buf: Any, offsets: Any) -> list[bytes]:
         a, b = (int(x) for x in pairs[i])
         raise ValueError(f"take_bytes: pair {i} ({a}, {b}) is outside the buffer of {len(mv)} bytes")
     return [bytes(mv[a:b]) for a, b in pairs.tolist()]
+
+
+# ------------------------------------------------------------------------ reading
+def read_window(fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, int]:
+    """See ``_core.c`` ``py_read_window``: ``tail`` + up to ``n`` bytes at ``offset``
+    (here read into bytes objects and joined: one copy more than the C core)."""
+    if n < 0 or offset < 0:
+        raise ValueError("read_window: negative size or offset")
+    parts: list[Any] = [tail]
+    got, err = 0, 0
+    while got < n:
+        try:
+            c = os.pread(fd, n - got, offset + got)
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            err = exc.errno or 5  # EIO
+            break
+        if not c:
+            break
+        parts.append(c)
+        got += len(c)
+    return b"".join(parts), got, err
