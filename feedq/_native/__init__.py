@@ -17,7 +17,9 @@ Kernels (buffers in, NumPy arrays out; nothing here imports the rest of feedq):
 * :func:`scan_tfrecords` -- TFRecord framing with both CRCs checked;
 * :func:`parse_examples` -- ``tf.train.Example`` records into columns;
 * :func:`pad_ragged` -- values + row splits into a dense padded array;
-* :func:`take_bytes` -- (start, end) offsets into a buffer -> bytes objects.
+* :func:`take_bytes` -- (start, end) offsets into a buffer -> bytes objects;
+* :func:`read_window` -- a file's bytes read after the unread tail of a
+  buffer, straight into one new bytes object (pread, GIL released).
 
 :data:`NATIVE` (None when the extension is not built) and :data:`PURE` are
 the two implementations as :class:`Kernels` objects, for tests and
@@ -91,6 +93,7 @@ __all__ = [
     "masked_crc32c",
     "pad_ragged",
     "parse_examples",
+    "read_window",
     "scan_tfrecords",
     "take_bytes",
 ]
@@ -109,7 +112,9 @@ def _load_native() -> tuple[ModuleType | None, str | None]:
 
 _core_module, NATIVE_IMPORT_ERROR = _load_native()
 #: The compiled kernels, or None when the extension is not built.
-NATIVE: Kernels | None = Kernels(_core_module, "native") if _core_module is not None else None
+NATIVE: Kernels | None = (
+    Kernels(_core_module, "native", fallback=_pure) if _core_module is not None else None
+)
 #: The pure-Python twin.
 PURE: Kernels = Kernels(_pure, "python")
 
@@ -125,3 +130,4 @@ scan_tfrecords = _ACTIVE.scan_tfrecords
 parse_examples = _ACTIVE.parse_examples
 pad_ragged = _ACTIVE.pad_ragged
 take_bytes = _ACTIVE.take_bytes
+read_window = _ACTIVE.read_window

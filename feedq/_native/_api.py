@@ -173,11 +173,14 @@ class Kernels:
     Args:
         backend: ``feedq._native._core`` or ``feedq._native._pure``.
         name: ``"native"`` or ``"python"``.
+        fallback: the backend for functions ``backend`` was built without
+            (the twin; default: ``backend`` itself).
     """
 
-    def __init__(self, backend: ModuleType, name: str) -> None:
+    def __init__(self, backend: ModuleType, name: str, fallback: ModuleType | None = None) -> None:
         self.backend = backend
         self.name = name
+        self.fallback = fallback if fallback is not None else backend
 
     def __repr__(self) -> str:
         return f"<feedq._native kernels: {self.name}>"
@@ -373,6 +376,25 @@ class Kernels:
         if off.ndim != 2 or off.shape[1] != 2:
             raise ValueError(f"offsets must be [N, 2] (start, end) pairs, got shape {off.shape}")
         return _object_array(self.backend.take_bytes(mv, off))
+
+    # ------------------------------------------------------------- reading
+    def read_window(self, fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, int]:
+        """``tail`` followed by up to ``n`` bytes of file ``fd`` at ``offset``, as one
+        new bytes object: ``(window, got, errno)``.
+
+        The bytes are read by ``pread`` (the file position is neither used nor
+        moved) straight into the new object, so each byte of the file is
+        copied once (the C core; its twin joins pieces). ``got < n`` at the
+        end of the file, or before an OS error (``errno`` != 0: the bytes read
+        before it are in the window).
+
+        Raises:
+            ValueError: a negative ``n`` or ``offset``.
+        """
+        # A C core built without pread (not POSIX) lacks it: the twin's then.
+        fn = getattr(self.backend, "read_window", None) or self.fallback.read_window
+        window, got, err = fn(int(fd), int(offset), _byte_view(tail), int(n))
+        return window, int(got), int(err)
 
     # ------------------------------------------------------------- padding
     def pad_ragged(

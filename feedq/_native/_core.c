@@ -7,6 +7,8 @@
  *                            both CRCs checked.
  *   parse_examples           tf.train.Example wire format -> columns.
  *   pad_ragged               values + row splits -> dense [B, width].
+ *   read_window              a file's bytes read straight into a new bytes
+ *                            object after the unread tail of the last one.
  *
  * Every function takes buffers (bytes, memoryview, NumPy arrays) and writes
  * into preallocated writable buffers or returns bytes; the GIL is released
@@ -1405,6 +1407,72 @@ done:
 
 /* ------------------------------------------------------------------ module */
 
+/* ------------------------------------------------------------------ reading */
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <errno.h>
+#include <unistd.h>
+
+/* read_window(fd, offset, tail, n) -> (bytes, got, errno)
+ *
+ * `tail` followed by up to `n` bytes of the file at `offset`, read by pread
+ * (the file position is neither used nor moved) straight into the new bytes
+ * object, with the GIL released: the only copies are the kernel's into the
+ * object and the tail's. Fewer than `n` (`got`) at the end of the file, or
+ * before an error (`errno` != 0; the bytes before it are kept). The object is
+ * shrunk to what was read while this function holds its only reference.
+ */
+static PyObject *
+py_read_window(PyObject *self, PyObject *args)
+{
+    int fd;
+    long long offset;
+    Py_buffer tail;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iLy*n", &fd, &offset, &tail, &n))
+        return NULL;
+    if (n < 0 || offset < 0 || tail.len > PY_SSIZE_T_MAX - n) {
+        PyBuffer_Release(&tail);
+        PyErr_SetString(PyExc_ValueError, "read_window: negative size or offset");
+        return NULL;
+    }
+    Py_ssize_t tl = tail.len;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, tl + n);
+    if (out == NULL) {
+        PyBuffer_Release(&tail);
+        return NULL;
+    }
+    char *p = PyBytes_AS_STRING(out);
+    Py_ssize_t got = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (tl)
+        memcpy(p, tail.buf, (size_t)tl);
+    while (got < n) {
+        ssize_t k = pread(fd, p + tl + got, (size_t)(n - got), (off_t)(offset + got));
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            err = errno;
+            break;
+        }
+        if (k == 0)
+            break;
+        got += (Py_ssize_t)k;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&tail);
+    if (got < n && _PyBytes_Resize(&out, tl + got) < 0)
+        return NULL;
+    return Py_BuildValue("(Nni)", out, got, err);
+}
+#define READ_WINDOW_METHOD \
+    {"read_window", py_read_window, METH_VARARGS, "pread after a tail into new bytes (see feedq._native)."},
+#else
+#define READ_WINDOW_METHOD
+#endif
+
 static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int: CRC32C, extending value."},
     {"masked_crc32c", py_masked_crc32c, METH_VARARGS, "masked_crc32c(data) -> int: TFRecord's masked CRC32C."},
@@ -1416,6 +1484,7 @@ static PyMethodDef methods[] = {
     {"parse_examples", py_parse_examples, METH_VARARGS, "tf.train.Example parsing (see feedq._native)."},
     {"pad_ragged", py_pad_ragged, METH_VARARGS, "values + row splits -> dense (see feedq._native)."},
     {"take_bytes", py_take_bytes, METH_VARARGS, "buffer slices -> bytes objects (see feedq._native)."},
+    READ_WINDOW_METHOD
     {NULL, NULL, 0, NULL},
 };
 

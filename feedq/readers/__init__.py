@@ -48,9 +48,9 @@ reopens the file at the next record.
 
 from __future__ import annotations
 
+from feedq._native import masked_crc32c
 from feedq.readers._base import ReaderBase
 from feedq.readers._block import RecordBlock
-from feedq.readers._crc import masked_crc32c
 from feedq.readers._csv import decode_csv
 from feedq.readers._example import parse_example, parse_single_example
 from feedq.readers._example_pb import (
@@ -115,10 +115,9 @@ __all__ = [
     "tf_record_iterator",
 ]
 
-# Not in __all__ on purpose: masked_crc32c (TFRecord's checksum) is exported
-# for feedq's own packages (feedq.cli.datasets writes TFRecord files) so they
-# need not reach into feedq.readers._crc; it is not part of the documented
-# API, and `from feedq.readers import *` leaves it out.
+# masked_crc32c (TFRecord's checksum) is the native core's (feedq._native:
+# the C core, or its pure-Python twin), the one CRC32C of feedq; it is
+# exported here for TFRecord writers outside this package (feedq.cli.datasets).
 
 # Show the public path in reprs and docs (feedq.readers.TextLineReader, not
 # feedq.readers._text.TextLineReader).

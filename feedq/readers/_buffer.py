@@ -94,28 +94,45 @@ class _Buffer:
         want = (need if exact else max(need, self.block_bytes)) - self.avail
         short = need - self.avail  # reads from a pipe stop once these came
         streaming = self.stream.streaming
-        if self.stream.size is not None:
+        size = self.stream.size
+        known = size is not None
+        if size is not None:
             # Plain file: never ask for more than the file holds, whatever
             # a (hostile) length prefix says.
-            want = min(want, max(0, self.stream.size - self.stream.offset))
-        chunks = [self.data[self.pos :]] if self.avail else []
-        self.base += self.pos
-        self.pos = 0
+            want = min(want, max(0, size - self.stream.offset))
+        # The new window is a new bytes object: blocks handed out keep the old
+        # one, whose memory is never reused. The first read lands right after
+        # the unread tail (a regular file's bytes straight from the kernel);
+        # only the tail is copied.
+        tail = memoryview(self.data)[self.pos :]
+        window: bytes | None = None
+        more: list[bytes] = []  # reads after the first (records larger than a block)
         got = 0
         try:
             while got < want:
-                # Grow in block-sized steps, so a length prefix larger than the
-                # remaining (compressed) data never allocates more than exists.
-                c = self.stream.read(min(want - got, max(self.block_bytes, 1 << 16)))
+                # A file of known size is read at once (want is within it);
+                # others grow in block-sized steps, so a length prefix larger
+                # than the remaining (compressed) data never allocates more
+                # than exists.
+                step = want - got if known else min(want - got, max(self.block_bytes, 1 << 16))
+                if window is None:
+                    window = self.stream.read_after(tail, step)
+                    c = len(window) - len(tail)
+                else:
+                    chunk = self.stream.read(step)
+                    more.append(chunk)
+                    c = len(chunk)
                 if not c:
                     break
-                chunks.append(c)
-                got += len(c)
+                got += c
                 if streaming and got >= short:
                     break  # a pipe: wait for what is needed, not for a whole block
         except DataLossError as exc:
             self.error = exc  # reported after the records read so far
         finally:
             # Also when a wait for a pipe is interrupted: what came stays here.
-            self.data = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+            if window is not None:
+                self.data = b"".join([window, *more]) if more else window
+                self.base += self.pos
+                self.pos = 0
         return self.avail >= need

@@ -80,11 +80,14 @@ class FixedLenSequenceFeature(_FixedLenSequenceFields):
         allow_missing: must be True in parse_example; in the sequence
             parsers False makes a missing feature list an error.
         default_value: the padding value, one value (default 0 or ``b""``).
+            Any other size constructs, as in TF, and parsing refuses it with
+            TF's ``InvalidArgumentError`` ("Input to reshape is a tensor with
+            0 values, but the requested shape has 1" for ``[]``; TF's own
+            ``testSerializedContainingVarLenDense`` expects that error).
 
     Raises:
         ValueError: at construction, a dimension that is 0 or negative (a
-            group must hold values) or a ``default_value`` that is not one
-            value (TF fails on both only when parsing, or crashes).
+            group must hold values; TF fails only when parsing, or crashes).
     """
 
     __slots__ = ()
@@ -96,11 +99,6 @@ class FixedLenSequenceFeature(_FixedLenSequenceFields):
         if dims is not None and any(d is not None and d <= 0 for d in dims):
             raise ValueError(
                 f"FixedLenSequenceFeature shape {shape!r}: every dimension must be positive"
-            )
-        if default_value is not None and np.size(np.asarray(default_value, dtype=object)) != 1:
-            raise ValueError(
-                "FixedLenSequenceFeature default_value is one padding value, got "
-                f"{default_value!r}"
             )
         return super().__new__(cls, shape, dtype, allow_missing, default_value)
 
@@ -328,7 +326,14 @@ class _Spec:
             pad = feat.default_value
             if pad is None:
                 pad = b"" if self.kind == _BYTES else 0
-            self.default = _as_values(pad, self.kind).reshape(-1)[0]
+            d = _as_values(pad, self.kind).reshape(-1)
+            if d.size != 1:
+                # TF's ParseExample reshapes the default to one value (P4).
+                raise InvalidArgumentError(
+                    f"Input to reshape is a tensor with {d.size} values, but the requested "
+                    "shape has 1"
+                )
+            self.default = d[0]
             return
         self.cls = "fixed"
         if any(d is None for d in dims):

@@ -32,6 +32,7 @@ import weakref
 from collections import deque
 from typing import Any
 
+from feedq import _native
 from feedq.errors import DataLossError, NotFoundError
 from feedq.readers._inflate import (
     _INFLATE_CHUNK,
@@ -223,8 +224,12 @@ class ByteStream:
         self._prefetch: _Prefetcher | None = None
         self._chunk = b""
         self._chunk_pos = 0
+        #: A regular file's descriptor: read by position (pread), never by its file position.
+        self._fd = -1
         if compression == "":
             self.size = size
+            if size is not None and not streaming:
+                self._fd = raw.fileno()
         else:
             if compression == "ZSTD":
                 self._inflater = _ZstdInflater(name, raw)
@@ -256,6 +261,31 @@ class ByteStream:
         )
         return self._error
 
+    def read_after(self, tail: Any, n: int) -> bytes:
+        """``tail`` (bytes-like) followed by :meth:`read` ``(n)``, as one new bytes object.
+
+        A regular file's bytes are read straight into it (the native core's
+        ``read_window``), so they are copied once, and the tail once; other
+        streams join the tail with the pieces they have (one copy).
+
+        Raises:
+            As :meth:`read` (when no byte was read).
+        """
+        self._check()
+        if n <= 0 or self._eof:
+            return bytes(tail)
+        if self._fd < 0:
+            return b"".join([tail, *self._read_parts(n)])
+        window, got, err = _native.read_window(self._fd, self.offset, tail, n)
+        if err:
+            exc = self._os_error(OSError(err, os.strerror(err)))
+            if not got:
+                raise exc
+        elif got < n:
+            self._eof = True
+        self.offset += got
+        return window
+
     def read(self, n: int) -> bytes:
         """Read up to ``n`` bytes; fewer only at the end of the stream, before
         an error (which the next call raises), or -- from a pipe or device
@@ -269,19 +299,22 @@ class ByteStream:
                 short before any byte came (the stream stays usable).
             ValueError: the stream is closed.
         """
+        if self._fd >= 0:
+            return self.read_after(b"", n)
         self._check()
         if n <= 0 or self._eof:
             return b""
-        if self._inflater is None and not self.streaming:
-            try:
-                data: bytes = self._raw.read(n)
-            except OSError as exc:
-                raise self._os_error(exc) from None
-            if len(data) < n:
-                self._eof = True
-            self.offset += len(data)
-            return data
-        parts: list[bytes] = []
+        parts = self._read_parts(n)
+        if not parts:
+            return b""
+        return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
+
+    def _read_parts(self, n: int) -> list[bytes | memoryview]:
+        """:meth:`read` of a compressed stream or a pipe, as the pieces it came
+        in (the decompressed chunks' bytes are not copied here)."""
+        if n <= 0 or self._eof:
+            return []
+        parts: list[bytes | memoryview] = []
         want = n
         while want > 0:
             if self._inflater is None:
@@ -323,16 +356,13 @@ class ByteStream:
             if self._chunk_pos == 0 and take == len(self._chunk):
                 parts.append(self._chunk)
             else:
-                parts.append(self._chunk[self._chunk_pos : self._chunk_pos + take])
+                parts.append(memoryview(self._chunk)[self._chunk_pos : self._chunk_pos + take])
             self._chunk_pos += take
             want -= take
             if self.streaming:
                 break  # a pipe: what has come, without waiting for more
-        if not parts:
-            return b""
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        self.offset += len(data)
-        return data
+        self.offset += sum(len(p) for p in parts)
+        return parts
 
     def skip(self, n: int) -> int:
         """Skip ``n`` bytes (seek in regular files of known size, read otherwise).

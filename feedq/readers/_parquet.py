@@ -19,6 +19,10 @@ from feedq.readers._skip import _SkipFile
 
 __all__ = ["ColumnBlock", "ParquetReader"]
 
+#: What pyarrow raises for corrupt bytes: its own errors, OS errors, and a
+#: ``UnicodeDecodeError`` where it decodes names from the footer itself.
+_CORRUPT = (pa.ArrowException, OSError, UnicodeDecodeError)
+
 
 @dataclass(frozen=True, eq=False)
 class ColumnBlock:
@@ -84,7 +88,9 @@ class ParquetReader(ReaderBase):
     A corrupt row group (bad pages, invalid UTF-8 in a string column) raises
     ``DataLossError`` naming the file and the row group, after the rows
     before it; with ``on_error="skip"`` it is counted and logged and reading
-    goes on with the next row group (keys keep the true row numbers).
+    goes on with the next row group (keys keep the true row numbers). A
+    corrupt footer (a column name that is not UTF-8 included) is a
+    ``DataLossError`` naming the file, and the reader moves on to the next.
 
     Args:
         columns: the columns to read (None = all).
@@ -158,11 +164,18 @@ class ParquetReader(ReaderBase):
             pf = pq.ParquetFile(name)
         except FileNotFoundError:
             raise _SkipFile(NotFoundError(f"{name}; No such file or directory"), None) from None
-        except (pa.ArrowException, OSError) as exc:
+        except _CORRUPT as exc:
+            # A corrupt footer: pyarrow raises its own errors, or (a column
+            # name that is not UTF-8) a UnicodeDecodeError of its own.
+            raise _SkipFile(DataLossError(f"{name}: not a readable Parquet file: {exc}"), 0) from None
+        try:
+            md = pf.metadata
+            group_rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+        except _CORRUPT as exc:
+            pf.close()
             raise _SkipFile(DataLossError(f"{name}: not a readable Parquet file: {exc}"), 0) from None
         self._pf = pf
-        md = pf.metadata
-        self._group_rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+        self._group_rows = group_rows
         self._seek_row(row)
 
     def _seek_row(self, row: int) -> None:
@@ -192,7 +205,7 @@ class ParquetReader(ReaderBase):
         try:
             table = self._pf.read_row_group(g, columns=self.columns)
             table.validate(full=True)
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        except _CORRUPT as exc:
             name = path_of(self._work_unit or b"")
             raise _SkipFile(
                 DataLossError(

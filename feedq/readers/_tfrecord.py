@@ -28,7 +28,6 @@ from feedq.errors import DataLossError, NotFoundError
 from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase
 from feedq.readers._block import RecordBlock, _empty_block
 from feedq.readers._buffer import _Buffer, _open_stream_at
-from feedq.readers._crc import crc32c_function, masked_crc32c
 from feedq.readers._io import normalize_compression, zstd_module
 from feedq.readers._skip import _data_loss, _SkipFile
 
@@ -122,7 +121,6 @@ class TFRecordReader(ReaderBase):
         super().__init__(on_error=on_error, block_bytes=block_bytes, name=name)
         self.compression = TFRecordOptions.get_compression_type_string(options)
         self.max_record_bytes = int(max_record_bytes)
-        self._crc = crc32c_function()  # fail at construction, with a clear message
         self._buf: _Buffer | None = None
 
     def _open(self, work_unit: bytes) -> None:
@@ -160,7 +158,7 @@ class TFRecordReader(ReaderBase):
         """Validate the 12-byte header at ``data[pos:]``; return the data length."""
         (length,) = struct.unpack_from("<Q", data, pos)
         (lcrc,) = struct.unpack_from("<I", data, pos + 8)
-        if masked_crc32c(memoryview(data)[pos : pos + 8]) != lcrc:
+        if _native.masked_crc32c(memoryview(data)[pos : pos + 8]) != lcrc:
             raise _data_loss(self._bad_length(start), start)
         if length > self.max_record_bytes:
             raise _data_loss(
@@ -274,9 +272,9 @@ def _frame(record: bytes | memoryview) -> list[bytes]:
     head = struct.pack("<Q", len(record))
     return [
         head,
-        struct.pack("<I", masked_crc32c(head)),
+        struct.pack("<I", _native.masked_crc32c(head)),
         bytes(record),
-        struct.pack("<I", masked_crc32c(record)),
+        struct.pack("<I", _native.masked_crc32c(record)),
     ]
 
 
@@ -301,7 +299,6 @@ class TFRecordWriter:
         opts = options if isinstance(options, TFRecordOptions) else TFRecordOptions(options)
         self.path = os.fspath(path)
         self.compression = opts.compression
-        crc32c_function()  # fail early with a clear message
         # The compressor first: a bad level must not leave the file open.
         self._comp: Any = None  # zlib or zstd compressobj
         self._zstd: Any = None

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from feedq import _native
 from feedq.errors import DataLossError, OutOfRangeError
 from feedq.queues import FIFOQueue
 from feedq.readers import (
@@ -255,7 +256,19 @@ def eio_at(monkeypatch: pytest.MonkeyPatch) -> Any:
         f = open(name, mode, *args, **kwargs)  # noqa: SIM115 - the stream closes it
         return _FailingFile(f, plan[name]) if name in plan else f
 
+    # Regular files are read by position (the native core's read_window on
+    # the descriptor): fail those reads at the same byte.
+    real_window = _native.read_window
+
+    def failing_window(fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, int]:
+        fail_at = plan.get(os.readlink(f"/proc/self/fd/{fd}"))
+        if fail_at is None or offset + n <= fail_at:
+            return real_window(fd, offset, tail, n)
+        window, got, _err = real_window(fd, offset, tail, max(0, fail_at - offset))
+        return window, got, errno.EIO
+
     monkeypatch.setattr(_io, "open", fake_open, raising=False)
+    monkeypatch.setattr(_native, "read_window", failing_window)
     return lambda path, k: plan.__setitem__(str(path), k)
 
 

@@ -341,15 +341,25 @@ def test_p2_a_none_shape_is_missing_not_scalar() -> None:
         {"shape": 0},
         {"shape": [-1]},
         {"shape": [2, 0]},
-        {"shape": [3], "default_value": []},
-        {"shape": [3], "default_value": np.zeros(0, np.float32)},
-        {"shape": [2], "default_value": [1.0, 2.0]},
     ],
 )
 def test_p4_bad_sequence_feature_fails_at_construction(kwargs: dict) -> None:
     # Used to construct fine and then fail inside NumPy at parse time.
     with pytest.raises(ValueError, match=r"^FixedLenSequenceFeature "):
         FixedLenSequenceFeature(dtype=np.float32, allow_missing=True, **kwargs)
+
+
+@pytest.mark.parametrize("default, n", [([], 0), (np.zeros(0, np.float32), 0), ([[]], 0), ([1.0, 2.0], 2)])
+@pytest.mark.parametrize("single", [False, True])
+def test_p4_sequence_default_not_one_value_constructs_and_parsing_refuses_it(default, n, single) -> None:
+    # TF constructs these and its ParseExample refuses them (issue 24; TF's
+    # testSerializedContainingVarLenDense expects this error for []): the
+    # same error on both paths, also when no record needs padding.
+    f = FixedLenSequenceFeature([2], np.float32, allow_missing=True, default_value=default)
+    assert f.default_value is default
+    err = check_both(RECS[3] if single else RECS[:4], {"x": f}, single=single)
+    assert isinstance(err, InvalidArgumentError)
+    assert err.message == f"Input to reshape is a tensor with {n} values, but the requested shape has 1"
 
 
 def test_p4_sequence_feature_still_constructs_like_tf() -> None:

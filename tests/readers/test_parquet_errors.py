@@ -163,3 +163,54 @@ def test_close_and_state_resume_after_a_skipped_row_group(tmp_path: Path) -> Non
     keys, cols = r2.read_up_to(q, 100)
     assert cols["i"].tolist() == [10, 11] and keys.tolist()[0] == f"{bad}:10".encode()
     r2.close()
+
+
+
+def _mixed_file(path: Path) -> Path:
+    """A small file with an int, a float and a string column, four row groups."""
+    n = 40
+    table = pa.table({
+        "count": pa.array(range(n), pa.int64()),
+        "score": pa.array([x / 3 for x in range(n)], pa.float64()),
+        "label": pa.array([f"row {x} é" for x in range(n)], pa.string()),
+    })
+    pq.write_table(table, path, row_group_size=10, compression="none")
+    return path
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mutated_files_with_string_columns_give_only_data_loss(tmp_path: Path, seed: int) -> None:
+    """Seeded byte mutations of a file with int, float and string columns give
+    rows or a ``DataLossError`` naming the file, never another error (project
+    issue 24: a column name that is no longer UTF-8 made ``pq.ParquetFile``
+    raise ``UnicodeDecodeError``). A third of the mutations hit the whole
+    file, a third the footer, a third its schema (the first 64 bytes, where
+    the column names are). Bounded: 150 mutations per seed, no deadline."""
+    import random
+
+    raw = _mixed_file(tmp_path / "clean.parquet").read_bytes()
+    footer = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")  # where the footer starts
+    regions = [(0, len(raw)), (footer, len(raw) - 8), (footer, footer + 64)]
+    rng = random.Random(seed)
+    m = tmp_path / "m.parquet"
+    outcomes = {"rows": 0, "data_loss": 0}
+    for k in range(150):
+        data = bytearray(raw)
+        lo, hi = regions[k % 3]
+        for _ in range(rng.randint(1, 3)):
+            data[rng.randrange(lo, hi)] ^= rng.randint(1, 255)
+        m.write_bytes(bytes(data))
+        q = closed_queue(m)
+        with ParquetReader() as r:
+            while True:
+                try:
+                    _keys, cols = r.read_up_to(q, 7)
+                except DataLossError as exc:
+                    assert exc.message.startswith(f"{m}: "), exc.message
+                    outcomes["data_loss"] += 1
+                    continue
+                except OutOfRangeError:
+                    break
+                outcomes["rows"] += 1
+                assert all(len(c) == len(_keys) for c in cols.values())
+    assert outcomes["data_loss"] and outcomes["rows"]

@@ -8,6 +8,7 @@ module, one TF import (module-scoped fixture) to keep the suite fast.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,27 @@ def test_p1_p4_parse_example_matches_tf(tf: Any) -> None:
         assert got[k].indices.tolist() == want[k].indices.numpy().tolist()
         assert got[k].values.tolist() == want[k].values.numpy().tolist()
         assert got[k].dense_shape.tolist() == want[k].dense_shape.numpy().tolist()
+
+
+@pytest.mark.parametrize("default", [[], [1.0, 2.0], 1.0])
+def test_p4_sequence_feature_defaults_as_tf(tf: Any, default: Any) -> None:
+    # FixedLenSequenceFeature(..., default_value=[]) constructs in both, and
+    # both parsers refuse it with the same message (issue 24); one value pads.
+    recs = [tf_example(tf, i) for i in range(4)] + [b""]  # the last one is padded
+    try:
+        want = tf.io.parse_example(
+            recs, {"x": tf.io.FixedLenSequenceFeature([3], tf.float32, allow_missing=True,
+                                                      default_value=default)})["x"].numpy()
+    except tf.errors.InvalidArgumentError as exc:
+        message = exc.message.rsplit("}} ", 1)[-1].removesuffix(" [Op:Reshape]")
+        assert message.startswith("Input to reshape is a tensor with ")
+        with pytest.raises(InvalidArgumentError, match=f"^{re.escape(message)}$"):
+            parse_example(recs, {"x": FixedLenSequenceFeature([3], np.float32, allow_missing=True,
+                                                               default_value=default)})
+        return
+    got = parse_example(recs, {"x": FixedLenSequenceFeature([3], np.float32, allow_missing=True,
+                                                             default_value=default)})["x"]
+    np.testing.assert_array_equal(got, want)
 
 
 def test_p1_feedq_examples_parse_in_tf(tf: Any) -> None:

@@ -18,9 +18,9 @@ from feedq.readers import (
     TFRecordOptions,
     TFRecordReader,
     TFRecordWriter,
+    masked_crc32c,
     tf_record_iterator,
 )
-from feedq.readers._crc import masked_crc32c
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -294,3 +294,32 @@ def test_gzip_read_ahead_thread_stops_on_close_and_when_dropped(tmp_path: Path) 
     while _inflate_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not _inflate_threads()
+
+
+@pytest.mark.parametrize("compression", ["", "GZIP"])
+@pytest.mark.parametrize("lengths", ["fixed", "varying"])
+def test_blocks_held_stay_valid_while_the_reader_refills(tmp_path: Path, compression: str, lengths: str) -> None:
+    # Each refill reads into a new buffer: a block still held keeps its own
+    # memory (its fixed view and values), however many refills come after.
+    rng = np.random.default_rng(3)
+    sizes = [40] * 600 if lengths == "fixed" else rng.integers(0, 90, 600).tolist()
+    records = [rng.integers(0, 256, k, dtype=np.uint8).tobytes() for k in sizes]
+    p = tmp_path / "r.tfrecord"
+    with TFRecordWriter(p, compression or None) as w:
+        w.write_many(records)
+    reader = TFRecordReader(options=compression or None, block_bytes=1024)
+    q = FIFOQueue(capacity=-1, dtypes=["string"], shapes=[[]])
+    q.enqueue_many([[str(p)]])
+    q.close()
+    held = []
+    with reader:
+        while True:
+            try:
+                held.append(reader.read_block(q, 7))
+            except OutOfRangeError:
+                break
+    assert len({id(b.data) for b in held}) > 20  # many refills
+    assert [v for b in held for v in b.values().tolist()] == records
+    if lengths == "fixed":
+        assert all(b.fixed is not None for b in held)
+        assert b"".join(b.fixed.tobytes() for b in held) == b"".join(records)  # type: ignore[union-attr]
