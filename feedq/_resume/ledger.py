@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from feedq._resume import positions
+from feedq._resume import positions as layout
 from feedq._resume.report import Report
 from feedq.errors import InvalidArgumentError
 
@@ -45,7 +45,7 @@ __all__: list[str] = []
 WINDOW = 1024
 #: Shuffle-buffer snapshots kept for tickets already taken.
 SNAPSHOT_WINDOW = 128
-_MASK = positions.RECORD_MASK
+_MASK = layout.RECORD_MASK
 # Reports noted and tickets delivered are applied in batches of this many.
 _APPLY_EVERY = 32
 
@@ -190,12 +190,12 @@ class Ledger:
         applied to the bitmaps every :data:`_APPLY_EVERY` tickets, and before
         any state is read (:meth:`_apply`), a few NumPy calls for them all.
         """
-        tags = np.asarray(taken, dtype=np.int64).reshape(-1)
+        positions = np.asarray(taken, dtype=np.int64).reshape(-1)
         with self._lock:
             ticket = self.taken
             self.taken = ticket + 1
-            self._window.append((ticket, tags))
-            self._delivered.append(tags)
+            self._window.append((ticket, positions))
+            self._delivered.append(positions)
             if len(self._delivered) >= _APPLY_EVERY:
                 self._apply()
             return ticket
@@ -215,7 +215,7 @@ class Ledger:
         reports, self._reports = self._reports, []
         if not reports:
             return
-        base = positions.WORKLIST_BASE
+        base = layout.WORKLIST_BASE
         handed = [ids for r in reports for ids in r.handed if ids.shape[0]]
         if handed:
             ids = np.concatenate(handed) if len(handed) > 1 else handed[0]
@@ -237,21 +237,21 @@ class Ledger:
                 if size == 0 or (rec is not None and rec.count >= size):
                     self._close(np.array([unit], dtype=np.int64))
 
-    def _apply_positions(self, tags: np.ndarray[Any, Any]) -> None:
+    def _apply_positions(self, positions: np.ndarray[Any, Any]) -> None:
         """Positions delivered by the tickets up to ``taken - 1``."""
         ticket = self.taken - 1
-        if tags.shape[0] == 0:
+        if positions.shape[0] == 0:
             return
-        lo = int(tags.min()) >> positions.UNIT_SHIFT
+        lo = int(positions.min()) >> layout.UNIT_SHIFT
         self._lows.append((ticket, lo))
         if lo < 0:
             if self.untraceable is None:
                 self.untraceable = "rows of unknown origin were delivered"
             return
-        hi = int(tags.max()) >> positions.UNIT_SHIFT
+        hi = int(positions.max()) >> layout.UNIT_SHIFT
         if self.single:
-            units = tags >> positions.UNIT_SHIFT
-            if hi < positions.WORKLIST_BASE and lo >= self._base:
+            units = positions >> layout.UNIT_SHIFT
+            if hi < layout.WORKLIST_BASE and lo >= self._base:
                 # Stream units only (the usual case): one scatter.
                 top = hi + 1
                 if top > self._next:  # delivered before its hand-out was noted
@@ -262,14 +262,14 @@ class Ledger:
             else:
                 self._close(units)
         elif lo == hi:
-            self._add_records(lo, tags & _MASK, ticket)
+            self._add_records(lo, positions & _MASK, ticket)
         else:
             # Group by unit: one sort, then a slice per unit.
-            tags = np.sort(tags)
-            units = tags >> positions.UNIT_SHIFT
+            positions = np.sort(positions)
+            units = positions >> layout.UNIT_SHIFT
             cuts = (np.flatnonzero(units[1:] != units[:-1]) + 1).tolist()
-            recs = tags & _MASK
-            for a, b in zip([0, *cuts], [*cuts, tags.shape[0]]):
+            recs = positions & _MASK
+            for a, b in zip([0, *cuts], [*cuts, positions.shape[0]]):
                 self._add_records(int(units[a]), recs[a:b], ticket)
 
     def _add_records(self, unit: int, recs: np.ndarray[Any, Any], ticket: int) -> None:
@@ -310,9 +310,9 @@ class Ledger:
     def last_position(self, upto: int) -> int | None:
         """The position of the last row of ticket ``upto - 1`` (None for 0)."""
         with self._lock:
-            for ticket, tags in reversed(self._window):
+            for ticket, positions in reversed(self._window):
                 if ticket == upto - 1:
-                    return int(tags[-1]) if tags.shape[0] else None
+                    return int(positions[-1]) if positions.shape[0] else None
         return None
 
     def snapshot(self, upto: int) -> Snapshot:
@@ -338,14 +338,14 @@ class Ledger:
             undo = np.concatenate(extra) if extra else np.zeros(0, dtype=np.int64)
             closed = self._closed[: self._next - self._base].copy()
             wl_closed = self._worklist_closed.copy()
-            undo_units = undo >> positions.UNIT_SHIFT
-            normal = undo_units[undo_units < positions.WORKLIST_BASE] - self._base
+            undo_units = undo >> layout.UNIT_SHIFT
+            normal = undo_units[undo_units < layout.WORKLIST_BASE] - self._base
             closed[normal[(normal >= 0) & (normal < closed.shape[0])]] = False
-            wl = undo_units[undo_units >= positions.WORKLIST_BASE] - positions.WORKLIST_BASE
+            wl = undo_units[undo_units >= layout.WORKLIST_BASE] - layout.WORKLIST_BASE
             wl_closed[wl[wl < wl_closed.shape[0]]] = False
             units = np.concatenate((
                 self._base + np.flatnonzero(~closed),
-                positions.WORKLIST_BASE + np.flatnonzero(~wl_closed),
+                layout.WORKLIST_BASE + np.flatnonzero(~wl_closed),
             )).astype(np.int64)
             skips: dict[int, np.ndarray[Any, Any]] = {}
             if not self.single:
@@ -367,7 +367,7 @@ class Ledger:
     def load(self, view: AnyView, worklist_size: int) -> None:
         """Start from a saved view (before anything ran)."""
         with self._lock:
-            normal = view.units[view.units < positions.WORKLIST_BASE]
+            normal = view.units[view.units < layout.WORKLIST_BASE]
             self._next = view.next
             self._base = int(normal.min()) if normal.shape[0] else view.next
             self._closed = np.ones(self._next - self._base, dtype=bool)
@@ -387,7 +387,7 @@ class Ledger:
             self._closed = grown
 
     def _close(self, units: np.ndarray[Any, Any]) -> None:
-        normal = units[units < positions.WORKLIST_BASE]
+        normal = units[units < layout.WORKLIST_BASE]
         if normal.shape[0]:
             top = int(normal.max()) + 1
             if top > self._next:  # delivered before its hand-out was noted
@@ -395,7 +395,7 @@ class Ledger:
             self._grow(top)
             idx = normal - self._base
             self._closed[idx[idx >= 0]] = True
-        wl = units[units >= positions.WORKLIST_BASE] - positions.WORKLIST_BASE
+        wl = units[units >= layout.WORKLIST_BASE] - layout.WORKLIST_BASE
         if wl.shape[0]:
             self._worklist_closed[wl[wl < self._worklist_closed.shape[0]]] = True
 
@@ -416,6 +416,6 @@ class Ledger:
         if self.snapshots is not None:
             self.snapshots.prune(self.taken - 1 - SNAPSHOT_WINDOW)
         for u in [u for u, r in self._records.items() if r.last_ticket < oldest]:
-            if u < positions.WORKLIST_BASE and (u < self._base or self._closed[u - self._base]):
+            if u < layout.WORKLIST_BASE and (u < self._base or self._closed[u - self._base]):
                 del self._records[u]
                 self._sizes.pop(u, None)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from feedq._resume import positions
+from feedq._resume import positions as layout
 from feedq._resume import report as _report
 from feedq.errors import InvalidArgumentError
 from feedq.queues import QueueBase
@@ -76,11 +76,11 @@ class ProducerPart:
         # _plan_values[i]) with filter _plan_filters[i].
         self._plan_units: list[int] = []
         self._plan_values: list[Any] = []
-        self._plan_filters: list[positions.UnitFilter | None] = []
+        self._plan_filters: list[layout.UnitFilter | None] = []
         self._plan_emitted = False
         self._plan_taken = False  # every plan code was taken (see resolve)
         self._start = 0  # the ordinal the stream continues from
-        self._filters: dict[int, positions.UnitFilter] = {}
+        self._filters: dict[int, layout.UnitFilter] = {}
         self._worklist: list[Any] = []  # values of work-list units (elastic)
         self.started = False
         self.fingerprint_extra = fingerprint_extra
@@ -103,8 +103,8 @@ class ProducerPart:
 
     def value_of(self, unit: int) -> Any:
         """The element of unit ``unit`` (a stream ordinal or a work-list id)."""
-        if unit >= positions.WORKLIST_BASE:
-            return self._worklist[unit - positions.WORKLIST_BASE]
+        if unit >= layout.WORKLIST_BASE:
+            return self._worklist[unit - layout.WORKLIST_BASE]
         epoch, pos = divmod(unit, self.n)
         return self.arr[int(self.order(epoch)[pos])]
 
@@ -148,7 +148,7 @@ class ProducerPart:
                     q.enqueue_many([values, codes])
                     return
             epoch = self.epochs.next()
-            if (epoch + 1) * n > positions.WORKLIST_BASE:
+            if (epoch + 1) * n > layout.WORKLIST_BASE:
                 self.overflow = True  # positions cannot name these units: state_dict() refuses
             start = self._start - epoch * n if epoch == self._start // n else 0
             order = self.order(epoch)[start:]
@@ -163,7 +163,7 @@ class ProducerPart:
         units, filters = self.resolve(codes)
         _report.note_taken(self, units, filters)
 
-    def resolve(self, codes: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], dict[int, positions.UnitFilter]]:
+    def resolve(self, codes: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], dict[int, layout.UnitFilter]]:
         """Unit ids of taken codes, and the re-read filters of those that have one."""
         codes = np.asarray(codes, dtype=np.int64).reshape(-1)
         if self._plan_taken or not self._plan_units or not codes.shape[0]:
@@ -176,7 +176,7 @@ class ProducerPart:
         if not neg.any():
             return codes, {}
         units = codes.copy()
-        filters: dict[int, positions.UnitFilter] = {}
+        filters: dict[int, layout.UnitFilter] = {}
         for i in np.flatnonzero(neg).tolist():
             entry = -int(codes[i]) - 1
             unit = self._plan_units[entry]
@@ -190,7 +190,7 @@ class ProducerPart:
 
     def set_plan(
         self,
-        entries: list[tuple[int, Any, positions.UnitFilter | None]],
+        entries: list[tuple[int, Any, layout.UnitFilter | None]],
         start: int,
         worklist: list[Any],
     ) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from feedq._resume import positions
+from feedq._resume import positions as layout
 from feedq._resume.ledger import AnyView, pack
 from feedq._resume.state import _SHARD_KEYS, FORMAT, _view, check_state, to_bytes, to_text
 from feedq.errors import InvalidArgumentError
@@ -133,7 +133,7 @@ def reshard_states(
             "shard": {"rank": r, "world": num_ranks},
             "taken": 0,
             "producer": {"seed": seed0, "next": None, "epoch": boundary},
-            "units": pack(positions.WORKLIST_BASE + np.arange(len(mine), dtype=np.int64)),
+            "units": pack(layout.WORKLIST_BASE + np.arange(len(mine), dtype=np.int64)),
             "skips": {
                 "index": pack(np.asarray(index, dtype=np.int64)),
                 "counts": pack(np.asarray(counts, dtype=np.int64)),
@@ -156,8 +156,8 @@ def _rank_work(st: dict[str, Any], view: AnyView, worklist: list[Any], shuffle: 
     orders: dict[int, np.ndarray[Any, Any]] = {}
 
     def value(u: int) -> bytes:
-        if u >= positions.WORKLIST_BASE:
-            return to_bytes(worklist[u - positions.WORKLIST_BASE])  # type: ignore[no-any-return]
+        if u >= layout.WORKLIST_BASE:
+            return to_bytes(worklist[u - layout.WORKLIST_BASE])  # type: ignore[no-any-return]
         epoch, pos = divmod(u, n)
         if epoch not in orders:
             orders[epoch] = _order(seed, epoch, n, shuffle)

@@ -156,6 +156,6 @@ class SnapshotLog:
                 except (DeadlineExceededError, OutOfRangeError):  # pragma: no cover - a bug
                     return None
                 if draw == target:
-                    tags, rng = buf._snapshot(-1)
-                    return Snapshot(tags.astype(np.int64, copy=False), rng, fed, last)
+                    positions, rng = buf._snapshot(-1)
+                    return Snapshot(positions.astype(np.int64, copy=False), rng, fed, last)
         return None

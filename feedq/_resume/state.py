@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from feedq._resume import positions
+from feedq._resume import positions as layout
 from feedq._resume.ledger import AnyView, Ledger, Snapshot, pack, unpack
 from feedq._resume.producer import ProducerPart
 from feedq._resume.report import Report
@@ -91,16 +91,16 @@ class BatcherPart:
 
     def row_positions(self, report: Report, rows: int) -> np.ndarray[Any, Any]:
         """Positions of the ``rows`` rows an evaluation gave (-1 if unknown)."""
-        tags = report.row_positions()
-        if tags is None or tags.shape[0] != rows:
-            got = "mixed" if tags is None else str(tags.shape[0])
+        positions = report.row_positions()
+        if positions is None or positions.shape[0] != rows:
+            got = "mixed" if positions is None else str(positions.shape[0])
             self.ledger.untrace(
                 f"a batcher's source gave {rows} rows but its readers and producer reported "
                 f"{got} positions (a function that filters, repeats or makes up rows, or reads "
                 "without a reader over the pipeline's producer, cannot be resumed)"
             )
             return np.full(rows, -1, dtype=np.int64)
-        return tags
+        return positions
 
     # -- consumer side ------------------------------------------------------------
 
@@ -118,15 +118,15 @@ class BatcherPart:
         if producer.overflow:
             raise InvalidArgumentError(
                 f"this pipeline cannot be resumed: its producer emitted more than "
-                f"{positions.WORKLIST_BASE} elements (epochs x elements), more than positions can name"
+                f"{layout.WORKLIST_BASE} elements (epochs x elements), more than positions can name"
             )
         view = self.ledger.any_view(upto)
         units = view.units.copy()
         worklist: list[Any] = []
-        wl = np.flatnonzero(units >= positions.WORKLIST_BASE)
+        wl = np.flatnonzero(units >= layout.WORKLIST_BASE)
         for k, i in enumerate(wl.tolist()):
             worklist.append(producer.value_of(int(units[i])))
-            units[i] = positions.WORKLIST_BASE + k
+            units[i] = layout.WORKLIST_BASE + k
         index, counts, ranges = [], [], []
         for i, u in enumerate(view.units.tolist()):
             r = view.skips.get(u)
@@ -155,13 +155,13 @@ class BatcherPart:
     def _exact_part(self, upto: int) -> dict[str, Any] | None:
         if self.shuffle is None:
             last = self._base_last if upto == 0 else self.ledger.last_position(upto)
-            if last is not None and (last >> positions.UNIT_SHIFT) >= positions.WORKLIST_BASE:
+            if last is not None and (last >> layout.UNIT_SHIFT) >= layout.WORKLIST_BASE:
                 return None
             return {"last": last, "buffer": None, "rng": None, "fed": 0}
         snap = self.ledger.snapshot(upto)
-        units = snap.buffer >> positions.UNIT_SHIFT
-        if (units >= positions.WORKLIST_BASE).any() or (
-            snap.last is not None and (snap.last >> positions.UNIT_SHIFT) >= positions.WORKLIST_BASE
+        units = snap.buffer >> layout.UNIT_SHIFT
+        if (units >= layout.WORKLIST_BASE).any() or (
+            snap.last is not None and (snap.last >> layout.UNIT_SHIFT) >= layout.WORKLIST_BASE
         ):
             return None
         return {"last": snap.last, "buffer": pack(snap.buffer), "rng": copy.deepcopy(snap.rng),
@@ -282,30 +282,30 @@ def restore_producer(producer: ProducerPart, state: dict[str, Any]) -> None:
     producer._worklist = worklist
 
     def value(u: int) -> Any:
-        return worklist[u - positions.WORKLIST_BASE] if u >= positions.WORKLIST_BASE else producer.value_of(u)
+        return worklist[u - layout.WORKLIST_BASE] if u >= layout.WORKLIST_BASE else producer.value_of(u)
 
-    entries: list[tuple[int, Any, positions.UnitFilter | None]] = []
+    entries: list[tuple[int, Any, layout.UnitFilter | None]] = []
     exact = state["exact"]
     if exact is not None:
         if exact["buffer"] is not None:
-            tags = unpack(exact["buffer"])
-            units, recs = tags >> positions.UNIT_SHIFT, tags & positions.RECORD_MASK
+            positions = unpack(exact["buffer"])
+            units, recs = positions >> layout.UNIT_SHIFT, positions & layout.RECORD_MASK
             for u in np.unique(units).tolist():
                 only = None if producer.single else np.sort(recs[units == u])
-                entries.append((u, value(u), positions.UnitFilter(only=only)))
+                entries.append((u, value(u), layout.UnitFilter(only=only)))
         last = exact["last"]
         if last is None:
             start = 0
         else:
-            unit, rec = last >> positions.UNIT_SHIFT, last & positions.RECORD_MASK
+            unit, rec = last >> layout.UNIT_SHIFT, last & layout.RECORD_MASK
             start = unit + 1
             if not producer.single:
                 skip = np.array([[0, rec + 1]], dtype=np.int64)
-                entries.append((unit, value(unit), positions.UnitFilter(skip=skip)))
+                entries.append((unit, value(unit), layout.UnitFilter(skip=skip)))
     else:
         for u in view.units.tolist():
             skipped = view.skips.get(u)
-            entries.append((u, value(u), None if skipped is None else positions.UnitFilter(skip=skipped)))
+            entries.append((u, value(u), None if skipped is None else layout.UnitFilter(skip=skipped)))
         start = view.next
     producer.set_plan(entries, start, worklist)
 

@@ -92,8 +92,8 @@ class ShuffleBuffer:
             self._finish_restore()
 
     def _snapshot(self) -> Snapshot:
-        tags, rng = self._buf._snapshot(-1)
-        return Snapshot(tags.astype(np.int64, copy=False), rng, self._fed, self._last)
+        positions, rng = self._buf._snapshot(-1)
+        return Snapshot(positions.astype(np.int64, copy=False), rng, self._fed, self._last)
 
     def _finish_restore(self) -> None:
         snap, pool = self._restore, self._pool
@@ -101,11 +101,11 @@ class ShuffleBuffer:
         self._restore = self._pool = None
         if pool:
             cols = [np.concatenate([np.asarray(p[i]) for p in pool]) for i in range(len(pool[0]))]
-            tags = cols[-1].astype(np.int64)
-            order = np.argsort(tags, kind="stable")
-            pos = np.searchsorted(tags[order], snap.buffer)
-            pos = np.minimum(pos, tags.shape[0] - 1)
-            if tags.shape[0] != snap.buffer.shape[0] or not np.array_equal(tags[order][pos], snap.buffer):
+            positions = cols[-1].astype(np.int64)
+            order = np.argsort(positions, kind="stable")
+            pos = np.searchsorted(positions[order], snap.buffer)
+            pos = np.minimum(pos, positions.shape[0] - 1)
+            if positions.shape[0] != snap.buffer.shape[0] or not np.array_equal(positions[order][pos], snap.buffer):
                 raise InvalidArgumentError(
                     "resume: the records re-read for the shuffle buffer are not the saved ones "
                     "(the input files changed?)"
@@ -182,9 +182,9 @@ class ShuffleBuffer:
             chunk = [np.asarray(v)[start : start + take] for v in values]
             buf.enqueue_many(chunk)
             if log is not None:
-                tags = chunk[-1]
-                self._last = int(tags[-1])
-                log.put(tags)
+                positions = chunk[-1]
+                self._last = int(positions[-1])
+                log.put(positions)
             start += take
             if aligned:
                 self._drain(final=False)
