@@ -328,7 +328,9 @@ class QueueRunner:
         """Create (and optionally start) one thread per enqueue op (QR2, QR3).
 
         Threads are named ``feedq-runner-<queue name>-<i>-<op name>`` (``i``
-        the op's index, the op's ``__name__``). With a coordinator, the threads are registered
+        the op's index, the op's ``__name__``), not TF1's
+        ``QueueRunnerThread-<queue>-<op>``: every feedq thread carries the
+        ``feedq-`` prefix (QR2 in docs/tf1-compat.md says why). With a coordinator, the threads are registered
         with it, and a stop callback runs the cancel op when it stops; if it
         is already stopped the cancel op runs now and the threads end
         without calling their op (QR4).

@@ -19,12 +19,13 @@ Helpers: :func:`wait_until` and :func:`wait_blocked` (wait for a state that
 quietly), :func:`join_or_fail`, :class:`Bg` (a call in a background thread),
 :func:`closed_queue` (a closed queue holding given items, e.g. file names),
 :class:`FakeClock` (a clock for feedq's observers that moves only when a test
-advances it).
+advances it), :func:`sigint_default` (for a child process the test sends SIGINT).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -36,12 +37,14 @@ from hypothesis import settings
 import feedq
 from feedq.queues import STRING, FIFOQueue, QueueBase, reset_shared_queues
 
-# CI must not depend on which random examples a run happens to draw: there
-# hypothesis is derandomized (the same examples every run); locally it
-# explores new ones each time.
-settings.register_profile("ci", derandomize=True, print_blob=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# No property test has a wall-clock deadline: on a loaded machine (a full run
+# on two busy cores) one slow example must not fail the test (hypothesis's
+# default is 200 ms per example). CI must not depend on which random examples
+# a run happens to draw: there hypothesis is derandomized (the same examples
+# every run); locally it explores new ones each time.
+settings.register_profile("feedq", deadline=None)
+settings.register_profile("ci", settings.get_profile("feedq"), derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "feedq")
 
 #: Test modules whose every test is ``slow`` (seconds each; skip them with
 #: ``-m "not slow and not stress"``: a command-line ``-m`` replaces the
@@ -249,3 +252,15 @@ class FakeClock:
             finally:
                 self.waiting -= 1
             return event.is_set()
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of a child process that a test interrupts with SIGINT.
+
+    A test run started in the background (``cmd &``, ``nohup``) inherits
+    SIGINT *ignored*, and so would the child: Python installs its
+    ``KeyboardInterrupt`` handler only where the disposition is the
+    default. The child gets the default back, so the outcome depends on the
+    code under test, not on how the test run was started.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

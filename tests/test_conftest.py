@@ -164,3 +164,29 @@ def test_ray_module_tests_are_marked_slow(pytester: pytest.Pytester) -> None:
     quick = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not slow", "-v")
     quick.assert_outcomes(passed=1, deselected=1)
     quick.stdout.fnmatch_lines(["*test_other.py::test_b PASSED*"])
+
+
+def test_property_tests_have_no_wall_clock_deadline() -> None:
+    from hypothesis import settings
+
+    assert settings.default.deadline is None
+
+
+def test_fake_clock_moves_only_when_advanced() -> None:
+    from tests.conftest import Bg, FakeClock
+
+    clock = FakeClock()
+    start = clock.now()
+    stop = threading.Event()
+    waiter = Bg(clock.wait, stop, 1.0, name="fake-clock-waiter")
+    wait_until(lambda: clock.waiting == 1, what="the waiter")
+    clock.advance(0.5)
+    assert clock.now() == start + 0.5 and not waiter.done.is_set() and clock.waiting == 1
+    clock.advance(0.5)
+    assert waiter.result() is False  # the clock's timeout passed, not the event
+    stopped = Bg(clock.wait, stop, 60.0, name="fake-clock-stopped")
+    wait_until(lambda: clock.waiting == 1, what="the second waiter")
+    stop.set()
+    assert stopped.result() is True and clock.now() == start + 1.0
+    clock.sync()
+    assert clock.now() >= start + 1.0

@@ -160,8 +160,10 @@ def test_ctrl_c_stops_cleanly() -> None:
     import subprocess
     import sys
 
+    from tests.conftest import sigint_default
+
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "running"
@@ -170,6 +172,7 @@ def test_ctrl_c_stops_cleanly() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()  # reaped here, not in a later test's garbage collection
     assert proc.returncode == 130, err
     assert "stopped cleanly []" in out
 
@@ -290,3 +293,32 @@ def test_every_thread_feedq_starts_is_named_feedq() -> None:
     assert any(n.startswith("feedq-runner-") for n in ours)
     assert any(n.startswith("feedq-looper-") for n in ours)
     assert any(n.startswith("feedq-gate-") for n in ours)
+
+
+IGNORED_SIGINT_SCRIPT = r"""
+import signal, numpy as np, feedq
+assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+with feedq.Pipeline(stall_timeout=5):
+    s = feedq.range_input_producer(4, num_epochs=1, shuffle=False)
+    b = feedq.batch(s, 2)
+    assert [x.tolist() for x in b] == [[0, 1], [2, 3]]
+import feedq.cli  # the command's module too
+print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_ignores_sigint_keeps_ignoring_it() -> None:
+    """Started with SIGINT ignored (``nohup``, ``cmd &``), a program using
+    feedq keeps that choice: feedq installs no SIGINT handler of its own."""
+    import signal
+    import subprocess
+    import sys
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.run([sys.executable, "-c", IGNORED_SIGINT_SCRIPT], capture_output=True,
+                          text=True, timeout=50, preexec_fn=ignore_sigint, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import sigint_default
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -336,7 +338,8 @@ def test_make_data_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
 def test_make_data_interrupted_leaves_no_folder(tmp_path: Path) -> None:
     out = tmp_path / "new" / "data"
     proc = subprocess.Popen([sys.executable, "-m", "feedq.cli", "make-data", str(out), "--records", "50000000",
-                             "--files", "500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--files", "500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + 60
         while not any(out.glob(".part-*")) and proc.poll() is None and time.monotonic() < deadline:

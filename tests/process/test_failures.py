@@ -19,6 +19,7 @@ import pytest
 from feedq.errors import AbortedError, CancelledError, UnavailableError
 from feedq.process import WorkerTraceback, process_stage, warm_up
 from feedq.process._shm import Segment, segment_name
+from tests.conftest import sigint_default
 from tests.process import _builds as builds
 from tests.process._support import no_process_leaks, own_segments, wait_dead  # noqa: F401
 
@@ -173,7 +174,8 @@ def _start_parent(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], lis
     script.write_text(textwrap.dedent(PARENT))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, str(script), mode], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_default)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:

@@ -28,7 +28,7 @@ from feedq.queues import (
     PriorityQueue,
     RandomShuffleQueue,
 )
-from tests.conftest import Bg, wait_blocked, wait_until
+from tests.conftest import Bg, sigint_default, wait_blocked, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -469,6 +469,7 @@ def test_sigint_in_blocking_calls_of_a_real_process() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", _SIGINT_SCRIPT],
         capture_output=True, text=True, timeout=60, env=env, check=False,
+        preexec_fn=sigint_default,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n") == [
