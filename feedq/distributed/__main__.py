@@ -3,12 +3,12 @@ own program name.
 
 The command lives with the others in the CLI package
 (``feedq/cli/_cluster.py``), the layer above this one. This file is a
-program, not a module that anything imports, so it looks the command up
-when it runs rather than importing it: the distributed package's imports
-keep pointing down the layers (the contract in ``pyproject.toml``).
+program entry point, not a module that anything imports; the import-linter
+contracts in ``pyproject.toml`` list this one upward import by name.
 """
 
 import sys
-from importlib import import_module
 
-sys.exit(import_module("feedq.cli._cluster").main())
+from feedq.cli._cluster import main
+
+sys.exit(main())
