@@ -120,8 +120,9 @@ class _Buffer:
                     c = len(window) - len(tail)
                 else:
                     chunk = self.stream.read(step)
-                    more.append(chunk)
                     c = len(chunk)
+                    if c:
+                        more.append(chunk)
                 if not c:
                     break
                 got += c
