@@ -36,7 +36,11 @@ class _Buffer:
     """A sliding window over a :class:`ByteStream`: ``data[pos:]`` is unread.
 
     ``base`` is the stream offset of ``data[0]``. Refills compact the window,
-    so its size stays near ``block_bytes`` unless one record is larger.
+    so its size stays near ``block_bytes`` unless one record is larger. Each
+    refill makes ``data`` a new bytes object: the unread tail copied once,
+    the new bytes read right after it (a regular file's straight from the
+    kernel: ``ByteStream.read_after``). Blocks handed out keep the old object,
+    so memory a consumer still holds is never reused.
 
     A stream error never discards bytes already read: :meth:`fill` keeps
     them and stores the error in ``error``, and the buffer then behaves as
@@ -120,8 +124,9 @@ class _Buffer:
                     c = len(window) - len(tail)
                 else:
                     chunk = self.stream.read(step)
-                    more.append(chunk)
                     c = len(chunk)
+                    if c:
+                        more.append(chunk)
                 if not c:
                     break
                 got += c

@@ -12,8 +12,12 @@ Two ways to read the wire format, one result:
   reads the wire format of a whole batch at once with NumPy, and every
   record the walker cannot vouch for is parsed by **protobuf**
   (:func:`_parse_slow`), one record at a time, and merged back in order.
-  (The core's pure-Python twin is exact but slower than this walker, so it
-  is not used here.)
+  The core's pure-Python twin is exact, and what the differential tests hold
+  the kernel to, but without the compiled core this walker is what a user
+  wants: measured on one batch of 4096 records (``FEEDQ_PURE_PYTHON=1``), the
+  walker parses 13x the twin's records/s on ``make-data --layout realistic``
+  Examples (64k vs 4.9k records/s) and 30x on the TF-layout {x[32], label}
+  benchmark records (540k vs 18k; the C kernel: 450k and 1.27M).
 
 All produce the same per-column intermediate (kind and value count per
 record plus the flat values, :class:`_Parsed`), and ONE assembly step
