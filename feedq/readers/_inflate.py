@@ -10,10 +10,10 @@ usually on a read-ahead thread.
 from __future__ import annotations
 
 import zlib
-from types import ModuleType
 from typing import Any, Protocol
 
-from feedq.errors import DataLossError, MissingExtraError
+from feedq._core.extras import zstd_module
+from feedq.errors import DataLossError
 from feedq.readers._pipes import INTERRUPTS
 
 __all__ = ["zstd_module"]
@@ -25,24 +25,6 @@ _INFLATE_CHUNK = 1 << 20  # zstd: decompressed bytes per chunk handed over (2 wa
 # fewer the steps, the fewer waits for a GIL held by the reading thread.
 _ZLIB_COMPRESSED_CHUNK = 1 << 20  # compressed bytes read and fed to zlib per step
 _ZLIB_INFLATE_CHUNK = 1 << 20  # decompressed bytes per chunk at most (2 wait at most)
-
-
-def zstd_module() -> ModuleType:
-    """The ``zstandard`` package, imported on first use.
-
-    Raises:
-        MissingExtraError: it is not installed (the message names the ``zstd``
-            extra; also an ``UnimplementedError``, as this raised before).
-    """
-    try:
-        import zstandard
-    except ImportError as exc:
-        raise MissingExtraError(
-            "ZSTD compression needs the zstandard package, which is not installed: "
-            'pip install "feedq[zstd]"',
-            name="zstandard",
-        ) from exc
-    return zstandard
 
 
 class _Decoder(Protocol):
