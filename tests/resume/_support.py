@@ -281,6 +281,8 @@ def main() -> None:
     cfg = json.loads(Path(sys.argv[1]).read_text())
     run(cfg["data"], cfg["mode"], cfg["epochs"], out=Path(cfg["out"]), pause_at=cfg["pause_at"],
         slow=cfg.get("slow", 0.0))
+    if cfg.get("hold", False):
+        sys.stdin.read()  # a child to be killed while running never ends on its own
 
 
 if __name__ == "__main__":
