@@ -1,8 +1,9 @@
-"""DeviceFeeder: batches from a queue or an iterable, delivered on devices.
+"""DeviceFeeder: batches from a queue, a stage or an iterable, delivered on devices.
 
 The feeder thread dequeues each batch straight into a staging slot
-(``queue.dequeue_many(n, out=slot)``: the only host copy, from the queue's ring
-into pinned memory), issues asynchronous copies of it to every target device,
+(``queue.dequeue_many(n, out=slot)``, or a batcher stage's
+``dequeue_many(batch_size, out=slot)``: the only host copy, from the queue's
+ring into pinned memory), issues asynchronous copies of it to every target device,
 records events, and hands the batch to the consumer through a channel that
 holds at most ``prefetch`` batches. A slot is refilled only after its copy
 events have completed, so recycling never races a copy.
@@ -92,10 +93,12 @@ class DeviceFeeder:
     """Feeds batches from a queue or an iterable to one device or to model replicas.
 
     The source is a feedq queue (with ``batch_size``: each batch is one
-    ``dequeue_many``, or ``dequeue_up_to`` with ``allow_smaller_final_batch``)
-    or any iterable of batches (an ndarray, a list/tuple of ndarrays or a dict
-    of ndarrays, all with the same leading dimension). Batches come out in
-    source order with the source's structure.
+    ``dequeue_many``, or ``dequeue_up_to`` with ``allow_smaller_final_batch``),
+    a batcher :class:`~feedq.Stage` (no ``batch_size``: each batch is one
+    ``stage.dequeue_many(stage.batch_size, out=)``, the batch iterating the
+    stage gives), or any iterable of batches (an ndarray, a list/tuple of
+    ndarrays or a dict of ndarrays, all with the same leading dimension).
+    Batches come out in source order with the source's structure.
 
     Where they go:
 
@@ -184,7 +187,7 @@ class DeviceFeeder:
         """Creates the feeder and places its targets; the thread starts on first use.
 
         Args:
-            source: a feedq queue or an iterable of batches.
+            source: a feedq queue, a batcher stage or an iterable of batches.
             batch_size: rows per ``dequeue_many`` (queues only; required there).
             device: the one target device, or a per-component device map.
             replicas: several targets, each a device or a map (excludes ``device``).
