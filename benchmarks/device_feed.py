@@ -7,7 +7,9 @@ CPU (always):
       FIFOQueue (direct = a dequeue_many loop);
   (b) the same without a step: the per-batch cost of the feeder's thread hand-off
       (informational: no training loop is this cheap);
-  (c) the staged host path (staging=True: slots + copy thread) in the loop of (a).
+  (c) the staged host path (staging=True: slots + copy thread) in the loop of (a),
+      for an iterable and for a batcher Stage (read like a queue: each batch is
+      dequeued straight into its slot; direct = a stage.dequeue() loop).
 
 GPU (when torch sees CUDA):
   (d) host->device MB/s of a DeviceFeeder from a FIFOQueue vs a bare loop of
@@ -43,6 +45,7 @@ try:
 except ImportError:  # run as a script from benchmarks/
     from _util import header, table  # type: ignore[no-redef]
 
+import feedq
 from feedq import FIFOQueue
 from feedq.devices import DeviceFeeder
 
@@ -60,6 +63,23 @@ def filled_queue(batches: list[tuple[np.ndarray, np.ndarray]]) -> FIFOQueue:
         q.enqueue_many([x, y])
     q.close()
     return q
+
+
+def stage_run(batches: list[tuple[np.ndarray, np.ndarray]], fed: bool,
+              step: Callable[[Any], None]) -> float:
+    """A batcher stage over the batches' rows, consumed by a dequeue() loop or
+    through a staged DeviceFeeder; the time of the loop (the pipeline built
+    and started before)."""
+    rows = batches[0][0].shape[0]
+    x = np.concatenate([b[0] for b in batches])
+    y = np.concatenate([b[1] for b in batches])
+    with feedq.Pipeline():
+        elems = feedq.slice_input_producer([x, y], shuffle=False, num_epochs=1, capacity=64)
+        stage = feedq.batch(elems, rows, capacity=4 * rows)
+        if not fed:
+            return run_loop(stage, step)
+        with DeviceFeeder(stage, device="cpu", staging=True, prefetch=2) as feeder:
+            return run_loop(feeder, step)
 
 
 def run_loop(items: Iterable[Any], step: Callable[[Any], None]) -> float:
@@ -135,9 +155,16 @@ def cpu_section(args: argparse.Namespace) -> None:
             with DeviceFeeder(batches, device="cpu", staging=True, prefetch=2) as feeder:
                 return run_loop(feeder, fn)
 
+        def st_direct(fn: Callable[[Any], None] = fn) -> float:
+            return stage_run(batches, False, fn)
+
+        def st_staged(fn: Callable[[Any], None] = fn) -> float:
+            return stage_run(batches, True, fn)
+
         sources = [("iterable", it_direct, it_fed), ("FIFOQueue", q_direct, q_fed)]
         if fn is loops[0][1]:
             sources.append(("iterable, staging=True", it_direct, staged))
+            sources.append(("batch Stage, staging=True", st_direct, st_staged))
         for source, direct, fed in sources:
             d, f, over = paired(args.repeats, direct, fed)
             per = over * d / len(batches) * 1e6

@@ -1,8 +1,9 @@
-"""DeviceFeeder: batches from a queue or an iterable, delivered on devices.
+"""DeviceFeeder: batches from a queue, a stage or an iterable, delivered on devices.
 
 The feeder thread dequeues each batch straight into a staging slot
-(``queue.dequeue_many(n, out=slot)``: the only host copy, from the queue's ring
-into pinned memory), issues asynchronous copies of it to every target device,
+(``queue.dequeue_many(n, out=slot)``, or a batcher stage's
+``dequeue_many(batch_size, out=slot)``: the only host copy, from the queue's
+ring into pinned memory), issues asynchronous copies of it to every target device,
 records events, and hands the batch to the consumer through a channel that
 holds at most ``prefetch`` batches. A slot is refilled only after its copy
 events have completed, so recycling never races a copy.
@@ -13,8 +14,9 @@ On a host-only placement nothing is staged: the batch the queue (or the
 iterable) produced is the batch the consumer gets.
 
 Where things live: this module holds :class:`DeviceFeeder`'s set-up,
-placement, life cycle and consumer side; ``feeder_thread`` the loop its
-thread runs (``_FeederThread``, a base class of DeviceFeeder); ``handoff``
+placement, life cycle, buffer and consumer side; ``feeder_thread`` the
+:class:`FeederThread` it owns (the thread, its staging slots and copy
+engine, the batch structure and placements: the producer side); ``handoff``
 what passes between the two (items, the end marker, the state) and
 :class:`FeederStatistics` (re-exported here).
 """
@@ -33,9 +35,8 @@ import numpy as np
 
 from feedq._core import scope as _scope
 from feedq._core.timeouts import resolve_timeout
-from feedq._devices.engines import CudaEngine, HostEngine, Slot
 from feedq._devices.extras import require
-from feedq._devices.feeder_thread import _JOIN_S, _FeederThread
+from feedq._devices.feeder_thread import _JOIN_S, FeederThread
 from feedq._devices.handoff import _END, FeederStatistics, _Item, _State
 from feedq._devices.placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
 from feedq._devices.source import BatchSource, is_queue
@@ -88,14 +89,16 @@ def resumable_source(source: Any, name: str) -> Any:
     return source
 
 
-class DeviceFeeder(_FeederThread):
+class DeviceFeeder:
     """Feeds batches from a queue or an iterable to one device or to model replicas.
 
     The source is a feedq queue (with ``batch_size``: each batch is one
-    ``dequeue_many``, or ``dequeue_up_to`` with ``allow_smaller_final_batch``)
-    or any iterable of batches (an ndarray, a list/tuple of ndarrays or a dict
-    of ndarrays, all with the same leading dimension). Batches come out in
-    source order with the source's structure.
+    ``dequeue_many``, or ``dequeue_up_to`` with ``allow_smaller_final_batch``),
+    a batcher :class:`~feedq.Stage` (no ``batch_size``: each batch is one
+    ``stage.dequeue_many(stage.batch_size, out=)``, the batch iterating the
+    stage gives), or any iterable of batches (an ndarray, a list/tuple of
+    ndarrays or a dict of ndarrays, all with the same leading dimension).
+    Batches come out in source order with the source's structure.
 
     Where they go:
 
@@ -184,7 +187,7 @@ class DeviceFeeder(_FeederThread):
         """Creates the feeder and places its targets; the thread starts on first use.
 
         Args:
-            source: a feedq queue or an iterable of batches.
+            source: a feedq queue, a batcher stage or an iterable of batches.
             batch_size: rows per ``dequeue_many`` (queues only; required there).
             device: the one target device, or a per-component device map.
             replicas: several targets, each a device or a map (excludes ``device``).
@@ -225,24 +228,13 @@ class DeviceFeeder(_FeederThread):
         self._staging = staging
 
         self._origin = source
-        self._source = BatchSource(source, batch_size, allow_smaller_final_batch, self.name)
+        source_ = BatchSource(source, batch_size, allow_smaller_final_batch, self.name)
 
         # Contexts are thread-local: read them here, in the creating thread.
         self._targets = Targets(self.name, targets, replicas is not None, self._config)
         self._output_arg = output
         self._output: str = "numpy"
         self._staged = False
-        self._structure: Structure | None = None
-        self._placements: list[list[Placement]] = []
-        self._engine: Any = None
-        self._slots: list[Slot] = []
-        if self._source.queue is not None:
-            structure = Structure.of_queue(source)
-            dtypes = [np.dtype(dt) for dt in source.dtypes]
-            self._place_targets(structure, dtypes)
-            self._setup(structure, dtypes)
-        else:
-            self._place_targets(None, [])
 
         self._mutex = threading.Lock()
         # not_empty: notified by the feeder thread on put and at finish, by close()
@@ -260,10 +252,6 @@ class DeviceFeeder(_FeederThread):
         self._cancel = CancelToken()
         # What a clean coordinator stop makes get() raise; __next__ recognises it.
         self._clean_stop = CancelledError(f"{self.name}: the pipeline was stopped")
-        self._thread: threading.Thread | None = None
-        self._batches_read = 0  # written by the feeder thread only
-        self._slot_waits = 0  # written by the feeder thread only
-        self._waiting_for_slot = False
         self._waiting_for_room = False  # guarded by self._mutex
         self._waiting_consumers = 0  # guarded by self._mutex
         self._delivered = 0  # guarded by self._mutex
@@ -273,12 +261,26 @@ class DeviceFeeder(_FeederThread):
         self._base_taken: int | None = None
         # held by the one consumer inside get(); others wait for it with their timeout
         self._consumer_lock = threading.Lock()
-        # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown.
-        _scope.register_closeable(self)
         if coord is None:
             pipe = current_pipeline()
             coord = None if pipe is None else pipe.coord
         self._coord = coord
+        # The producer side: the thread, its staging slots and copy engine,
+        # the batch structure and placements.
+        self._feed = FeederThread(
+            self.name, mode=self._mode, prefetch=prefetch, targets=self._targets,
+            source=source_, put=self._put, stop=self._stop, cancel=self._cancel, coord=coord,
+            on_coord_stop=self._on_coord_stop)
+        if source_.queue is not None:
+            structure = Structure.of_queue(source)
+            dtypes = [np.dtype(dt) for dt in source.dtypes]
+            self._place_targets(structure, dtypes)
+            self._feed.setup(structure, dtypes)
+        else:
+            self._place_targets(None, [])
+
+        # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown.
+        _scope.register_closeable(self)
         if coord is not None:
             # Runs now if the coordinator is already stopped; close() removes it.
             coord.add_stop_callback(self._on_coord_stop)
@@ -304,14 +306,7 @@ class DeviceFeeder(_FeederThread):
         elif output == "cupy":
             self._cupy = require("cupy", "DeviceFeeder(output='cupy')")
         self._output = output
-        self._staged = bool(gpus) or bool(self._staging)
-
-    def _setup(self, structure: Structure, dtypes: list[np.dtype[Any]]) -> None:
-        """Places every (replica, component) once the batch structure is known."""
-        self._placements = self._targets.place_components(structure, dtypes)
-        if self._staged:
-            self._slots = [Slot(len(structure.keys)) for _ in range(self._prefetch + 1)]
-        self._structure = structure
+        self._staged = self._feed.staged = bool(gpus) or bool(self._staging)
 
     @property
     def placements(self) -> list[list[Placement]]:
@@ -320,7 +315,7 @@ class DeviceFeeder(_FeederThread):
         Empty until an iterable source has produced its first batch (its
         components are not known before).
         """
-        return [list(row) for row in self._placements]
+        return [list(row) for row in self._feed.placements]
 
     # -- life cycle --------------------------------------------------------
 
@@ -338,9 +333,7 @@ class DeviceFeeder(_FeederThread):
             self._state = _State.RUNNING
             taken = getattr(self._origin, "taken", None)
             self._base_taken = taken if isinstance(taken, int) else None
-            self._thread = threading.Thread(target=self._run, name=f"feedq-feeder-{self.name}",
-                                            daemon=True)
-        self._thread.start()
+        self._feed.start()
         return self
 
     def _resumable_source(self) -> Any:
@@ -386,7 +379,7 @@ class DeviceFeeder(_FeederThread):
                     f"{self.name}: load_state_dict must come before the feeder starts")
         source.load_state_dict(state)
         # Iterate the restored source from its new position.
-        self._source = BatchSource(source, None, False, self.name)
+        self._feed.source = BatchSource(source, None, False, self.name)
 
     def close(self, timeout: float = _JOIN_S) -> None:
         """Stops the feeder thread, drops buffered batches, joins the threads.
@@ -407,18 +400,29 @@ class DeviceFeeder(_FeederThread):
         self._cancel.fire(CancelledError(f"{self.name}: feeder is closed"))
         if self._coord is not None:
             self._coord.remove_stop_callback(self._on_coord_stop)
-        deadline = time.monotonic() + timeout
-        alive = []
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                alive.append(self._thread.name)
-        if self._engine is not None and not self._engine.close(
-                max(0.0, deadline - time.monotonic())):
-            alive.append(f"{self.name} copy thread")
+        alive = self._feed.join(timeout)
         if alive:
             logger.warning("%s: thread(s) %s did not stop within %.1fs", self.name,
                            ", ".join(alive), timeout)
+
+    def _put(self, item: Any) -> bool:
+        """The feeder thread hands an item to the consumer; False when closed meanwhile."""
+        with self._mutex:
+            self._waiting_for_room = True
+            try:
+                while self._buffered >= self._prefetch and not self._stop.is_set():
+                    self._not_full.wait()
+            finally:
+                self._waiting_for_room = False
+            if self._stop.is_set():
+                return False
+            self._items.append(item)
+            if isinstance(item, _Item):
+                self._buffered += 1
+            if not isinstance(item, _Item) and self._state is _State.RUNNING:
+                self._state = _State.FINISHED
+            self._not_empty.notify()
+            return True
 
     def _on_coord_stop(self, cause: BaseException | None) -> None:
         """Coordinator stop callback: cancel the feeder thread's wait (never blocks)."""
@@ -432,13 +436,14 @@ class DeviceFeeder(_FeederThread):
 
     def statistics(self) -> FeederStatistics:
         """A snapshot (see :class:`FeederStatistics`)."""
+        feed = self._feed
         with self._mutex:
             return FeederStatistics(
                 state=self._state.value, staged=self._staged, prefetch=self._prefetch,
                 buffered=self._buffered,
-                slots=len(self._slots), batches_read=self._batches_read,
+                slots=len(feed.slots), batches_read=feed.batches_read,
                 batches_delivered=self._delivered, rows_delivered=self._rows,
-                slot_waits=self._slot_waits, waiting_for_slot=self._waiting_for_slot,
+                slot_waits=feed.slot_waits, waiting_for_slot=feed.waiting_for_slot,
                 waiting_for_room=self._waiting_for_room,
                 waiting_consumers=self._waiting_consumers)
 
@@ -518,11 +523,12 @@ class DeviceFeeder(_FeederThread):
                         # Wake the feeder thread at half empty, not after every batch: it
                         # refills in a burst, with fewer thread switches per batch.
                         self._not_full.notify()
-                if self._engine is not None:
+                engine = self._feed.engine
+                if engine is not None:
                     # Never times out: the copies were issued and always complete, and
                     # the item has left the buffer (a timeout here would lose it).
                     outputs = [a for _, comps in item.deliveries for a in comps]
-                    self._engine.hand_over(item.events, outputs)
+                    engine.hand_over(item.events, outputs)
                 return self._assemble(item)
             finally:
                 self._consumer_lock.release()
@@ -541,7 +547,7 @@ class DeviceFeeder(_FeederThread):
         return array
 
     def _assemble(self, item: _Item) -> Any:
-        structure = self._structure
+        structure = self._feed.structure
         if structure is None:
             raise RuntimeError("item before structure")
         batches = [(r, structure.pack([self._convert(a) for a in comps]))
@@ -551,8 +557,3 @@ class DeviceFeeder(_FeederThread):
         if self._mode == "round_robin":
             return batches[0]
         return [b for _, b in batches]
-
-    def _new_engine(self) -> Any:
-        """The copy engine of a staged feeder, made in the feeder thread."""
-        return (CudaEngine(self.name, self._targets.gpus) if self._targets.gpus
-                else HostEngine(f"feedq-feeder-{self.name}"))

@@ -4,20 +4,23 @@ Each turn waits until the next staging slot's earlier copies are done, reads
 a batch (into the slot when staged), issues its copies to every replica and
 puts the result in the buffer the consumer reads (at most ``prefetch``
 items). Errors, the end of the source and a coordinator stop reach the
-consumer after the batches read before them. :class:`DeviceFeeder` (in
-``feeder``) owns the state this mixin works on.
+consumer after the batches read before them. A :class:`DeviceFeeder` (in
+``feeder``) owns one :class:`FeederThread`: the thread, what it stages into
+(slots, copy engine) and where batches go (structure, placements); the
+feeder itself owns the buffer and the consumer's side.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from feedq._devices.engines import HostEngine, Slot
-from feedq._devices.handoff import _END, _Item, _State
+from feedq._devices.engines import CudaEngine, HostEngine, Slot
+from feedq._devices.handoff import _END, _Item
 from feedq._devices.placement import Placement
 from feedq._devices.source import BatchSource, stage
 from feedq._devices.structure import Structure, split_bounds
@@ -33,85 +36,105 @@ if TYPE_CHECKING:
 _JOIN_S = 5.0
 
 
-class _FeederThread:
-    """The methods :class:`DeviceFeeder` runs in its feeder thread."""
+class FeederThread:
+    """The producer side of a :class:`DeviceFeeder`: one named thread that
+    reads the source, stages and copies each batch, and puts it in the
+    feeder's buffer (``put``).
 
-    # Set by DeviceFeeder.__init__ (see there for what each one guards).
-    name: str
-    _mode: ReplicaMode | None
-    _prefetch: int
-    _staged: bool
-    _source: BatchSource
-    _targets: Targets
-    _structure: Structure | None
-    _placements: list[list[Placement]]
-    _engine: Any
-    _slots: list[Slot]
-    _mutex: threading.Lock
-    _not_empty: threading.Condition
-    _not_full: threading.Condition
-    _items: deque[Any]
-    _buffered: int
-    _state: _State
-    _stop: threading.Event
-    _cancel: CancelToken
-    _coord: Coordinator | None
-    _batches_read: int
-    _slot_waits: int
-    _waiting_for_slot: bool
-    _waiting_for_room: bool
+    Invariants: a slot is refilled only after the copies out of it have
+    completed; ``structure``, ``placements`` and ``slots`` are set once (at
+    creation for a queue, at the first batch for an iterable), before the
+    first item is put, and read by the consumer only after it took an item;
+    the counters are written by this thread only.
+    """
 
-    def _setup(self, structure: Structure, dtypes: list[np.dtype[Any]]) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        name: str,
+        *,
+        mode: ReplicaMode | None,
+        prefetch: int,
+        targets: Targets,
+        source: BatchSource,
+        put: Callable[[Any], bool],
+        stop: threading.Event,
+        cancel: CancelToken,
+        coord: Coordinator | None,
+        on_coord_stop: Callable[[BaseException | None], None],
+    ) -> None:
+        self.name = name
+        self.source = source  # replaced by the feeder's load_state_dict, before the start
+        self.staged = False  # set by the feeder once its targets are placed
+        self.structure: Structure | None = None
+        self.placements: list[list[Placement]] = []
+        self.engine: Any = None
+        self.slots: list[Slot] = []
+        self.thread: threading.Thread | None = None
+        self.batches_read = 0
+        self.slot_waits = 0
+        self.waiting_for_slot = False
+        self._mode = mode
+        self._prefetch = prefetch
+        self._targets = targets
+        self._put = put
+        self._stop = stop
+        self._cancel = cancel
+        self._coord = coord
+        self._on_coord_stop = on_coord_stop
+
+    def setup(self, structure: Structure, dtypes: list[np.dtype[Any]]) -> None:
+        """Places every (replica, component) once the batch structure is known."""
+        self.placements = self._targets.place_components(structure, dtypes)
+        if self.staged:
+            self.slots = [Slot(len(structure.keys)) for _ in range(self._prefetch + 1)]
+        self.structure = structure
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name=f"feedq-feeder-{self.name}",
+                                       daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float) -> list[str]:
+        """Wait for the thread, then the copy thread; the names of those still alive."""
+        deadline = time.monotonic() + timeout
+        alive = []
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+            if self.thread.is_alive():
+                alive.append(self.thread.name)
+        if self.engine is not None and not self.engine.close(
+                max(0.0, deadline - time.monotonic())):
+            alive.append(f"{self.name} copy thread")
+        return alive
 
     def _new_engine(self) -> Any:
-        raise NotImplementedError
-
-    def _on_coord_stop(self, cause: BaseException | None) -> None:
-        raise NotImplementedError
-
-    def _put(self, item: Any) -> bool:
-        """Hands an item to the consumer; False when closed meanwhile."""
-        with self._mutex:
-            self._waiting_for_room = True
-            try:
-                while self._buffered >= self._prefetch and not self._stop.is_set():
-                    self._not_full.wait()
-            finally:
-                self._waiting_for_room = False
-            if self._stop.is_set():
-                return False
-            self._items.append(item)
-            if isinstance(item, _Item):
-                self._buffered += 1
-            if not isinstance(item, _Item) and self._state is _State.RUNNING:
-                self._state = _State.FINISHED
-            self._not_empty.notify()
-            return True
+        """The copy engine of a staged feeder, made in the feeder thread."""
+        return (CudaEngine(self.name, self._targets.gpus) if self._targets.gpus
+                else HostEngine(f"feedq-feeder-{self.name}"))
 
     def _read(self, slot: Slot | None) -> list[np.ndarray[Any, Any]] | None:
         """The next batch's components, in ``slot`` when given; None at the end."""
-        structure = self._structure
-        if self._source.queue is not None and structure is not None:
-            return self._source.read_queue(structure, slot, self._engine, self._cancel)
-        more, batch = self._source.next_item(self._cancel)
+        structure = self.structure
+        if self.source.queue is not None and structure is not None:
+            return self.source.read_queue(structure, slot, self.engine, self._cancel)
+        more, batch = self.source.next_item(self._cancel)
         if not more:
             return None
-        where = f"{self.name}: batch {self._batches_read}"
+        where = f"{self.name}: batch {self.batches_read}"
         if structure is None:
             structure = Structure.of(batch)
             arrays = structure.flatten(batch, where)
-            self._setup(structure, [a.dtype for a in arrays])
-            if self._slots:
-                slot = self._slots[0]  # the slots were made just now
+            self.setup(structure, [a.dtype for a in arrays])
+            if self.slots:
+                slot = self.slots[0]  # the slots were made just now
         else:
             arrays = structure.flatten(batch, where)
-        return arrays if slot is None else stage(arrays, slot, self._engine)
+        return arrays if slot is None else stage(arrays, slot, self.engine)
 
     def _deliver(self, comps: list[np.ndarray[Any, Any]], slot: Slot | None,
                  index: int) -> _Item:
         rows = int(comps[0].shape[0])
-        n = len(self._placements)
+        n = len(self.placements)
         if self._mode is None:
             plan = [(0, 0, rows)]
         elif self._mode == "split":
@@ -120,23 +143,23 @@ class _FeederThread:
             plan = [(r, 0, rows) for r in range(n)]
         else:
             plan = [(index % n, 0, rows)]
-        host_engine = isinstance(self._engine, HostEngine)
+        host_engine = isinstance(self.engine, HostEngine)
         deliveries = []
         for r, a, b in plan:
             out = []
             for c, comp in enumerate(comps):
                 if slot is None:
                     out.append(comp if (a, b) == (0, rows) else comp[a:b])
-                elif self._placements[r][c].is_gpu or host_engine:
-                    out.append(self._engine.copy(slot, c, a, b,
-                                                 self._placements[r][c].torch_device))
+                elif self.placements[r][c].is_gpu or host_engine:
+                    out.append(self.engine.copy(slot, c, a, b,
+                                                 self.placements[r][c].torch_device))
                 else:
                     # A host component of a CUDA-staged feeder: the slot will be reused.
                     out.append(comp[a:b].copy())
             deliveries.append((r, out))
         events: list[Any] = []
         if slot is not None:
-            events = slot.events = self._engine.record()
+            events = slot.events = self.engine.record()
         return _Item(deliveries, events, rows)
 
     def _stop_error(self, exc: BaseException) -> BaseException:
@@ -156,29 +179,29 @@ class _FeederThread:
 
     def _run(self) -> None:
         try:
-            if self._staged:
-                self._engine = self._new_engine()
-                self._engine.thread_init()
+            if self.staged:
+                self.engine = self._new_engine()
+                self.engine.thread_init()
             index = 0
             while not self._stop.is_set():
-                slot = self._slots[index % len(self._slots)] if self._slots else None
+                slot = self.slots[index % len(self.slots)] if self.slots else None
                 if slot is not None and slot.events:
                     # Refill only once the copies out of this slot are done.
-                    self._waiting_for_slot = True
-                    if not self._engine.done(slot.events):
-                        self._slot_waits += 1
-                    self._engine.wait(slot.events, None)
-                    self._waiting_for_slot = False
+                    self.waiting_for_slot = True
+                    if not self.engine.done(slot.events):
+                        self.slot_waits += 1
+                    self.engine.wait(slot.events, None)
+                    self.waiting_for_slot = False
                     slot.events = []
                 comps = self._read(slot)
                 if comps is None:
                     if not self._stop.is_set():
                         self._put(_END)
                     return
-                if slot is None and self._slots:
-                    slot = self._slots[0]  # an iterable's first batch was staged in _read
+                if slot is None and self.slots:
+                    slot = self.slots[0]  # an iterable's first batch was staged in _read
                 item = self._deliver(comps, slot, index)
-                self._batches_read += 1
+                self.batches_read += 1
                 index += 1
                 if not self._put(item):
                     return
@@ -187,5 +210,5 @@ class _FeederThread:
         finally:
             # No more copies will be issued; the copy thread (if any) finishes the
             # scheduled ones and stops, so a feeder read to its end leaves no thread.
-            if self._engine is not None:
-                self._engine.close(_JOIN_S)
+            if self.engine is not None:
+                self.engine.close(_JOIN_S)

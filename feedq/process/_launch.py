@@ -172,6 +172,7 @@ class WorkerHandle:
         self.received = 0
         self.produced = 0
         self.replies: dict[int, tuple[Any, ...]] = {}  # state requests answered
+        self.stopped = False  # stop_workers ended it and freed what it announced
 
     def send(self, msg: tuple[Any, ...]) -> None:
         if not self.conn_open or self.exited:
@@ -239,3 +240,4 @@ def stop_workers(handles: list[WorkerHandle], grace: float) -> None:
                 seg.close()
         h.slot_seg.clear()
         h.inbox.clear()
+        h.stopped = True

@@ -55,10 +55,11 @@ class WorkerChannel:
             h.send(msg)
 
     def stop(self, grace: float) -> None:
-        """Stop every worker (ask, wait ``grace`` s, SIGTERM, SIGKILL) and
-        forget what they had sent."""
+        """Stop every worker not stopped yet (ask, wait ``grace`` s, SIGTERM,
+        SIGKILL), unlink the segment names they announced, and forget what
+        they had sent."""
         self.closing = True
-        stop_workers(self.handles, grace)
+        stop_workers([h for h in self.handles if not h.stopped], grace)
         self.arrivals.clear()
 
     def pump(self, timeout: float) -> None:

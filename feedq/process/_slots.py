@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 
 import numpy as np
 
@@ -39,7 +40,7 @@ __all__ = ["Held", "SlotRing"]
 class Held:
     """A batch the consumer took: its worker and slot, and the array its views share."""
 
-    __slots__ = ("handle", "slot", "seg", "raw", "serial", "retained")
+    __slots__ = ("handle", "slot", "seg", "raw", "weak", "serial", "retained")
 
     def __init__(self, handle: WorkerHandle, slot: int, seg: Segment, raw: np.ndarray,
                  serial: int) -> None:
@@ -47,6 +48,8 @@ class Held:
         self.slot = slot
         self.seg = seg
         self.raw: np.ndarray | None = raw
+        # Once the workers are gone (SlotRing.let_go): a weak reference instead.
+        self.weak: weakref.ref[np.ndarray] | None = None
         self.serial = serial
         self.retained = False
 
@@ -119,6 +122,10 @@ class SlotRing:
             return
         still: list[Held] = []
         for rec in self.held:
+            if rec.weak is not None:  # let go of: only the user's arrays keep it
+                if rec.weak() is not None:
+                    still.append(rec)
+                continue
             # 2 references: rec.raw and getrefcount's argument. Any array
             # viewing the batch (or object holding one) adds one.
             if sys.getrefcount(rec.raw) <= 2:
@@ -128,9 +135,11 @@ class SlotRing:
         self.held = still
         pinned: dict[int, list[Held]] = {}
         for rec in still:
-            if not rec.retained:
+            if not rec.retained and rec.weak is None:
                 pinned.setdefault(rec.handle.index, []).append(rec)
         for recs in pinned.values():
+            if recs[0].handle.stopped:
+                continue  # nothing to retain for a worker that is gone
             spare = recs[0].handle.slots - EXTRA_SLOTS
             while len(recs) > spare:
                 self._retain(recs.pop(0))
@@ -160,6 +169,19 @@ class SlotRing:
         rec.seg.detached = True
         h.returns.put(rec.slot, retain=True)
 
+    def let_go(self) -> None:
+        """The workers were stopped while the stage lives on (after its last
+        epoch): forget the batches nobody references, and keep only weak
+        references to those the consumer still holds, so that each one's
+        memory goes with its last array (:attr:`holding` counts them
+        meanwhile)."""
+        self.release_current()
+        self.reclaim()
+        for rec in self.held:
+            if rec.raw is not None:
+                rec.weak = weakref.ref(rec.raw)
+                rec.raw = None
+
     def drop(self) -> None:
         """Forget every batch (the workers are stopped): our references only;
         arrays the user still holds keep their mappings alive until they go."""
@@ -171,4 +193,5 @@ class SlotRing:
     @property
     def holding(self) -> int:
         """Batches whose arrays may still be referenced by the consumer."""
-        return len(self.held) + (self.current is not None)
+        return (sum(1 for rec in self.held if rec.weak is None or rec.weak() is not None)
+                + (self.current is not None))

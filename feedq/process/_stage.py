@@ -41,6 +41,7 @@ from feedq.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     OutOfRangeError,
+    UnavailableError,
 )
 from feedq.pipeline import current_pipeline
 from feedq.process import _layout
@@ -156,6 +157,13 @@ class ProcessStage:
 
     Resumption: :meth:`state_dict` between batches, :meth:`load_state_dict`
     on a new stage before its first batch (see ``feedq.process._state``).
+
+    After the last epoch: once the end of the last epoch was taken, the
+    stage keeps the workers' answers to every state request its window of
+    takes can still make, then stops the workers and frees their shared
+    memory (``statistics().workers_alive == 0``); ``state_dict`` still
+    answers, and batches still referenced stay valid. ``close()`` is still
+    needed for a stage left before its end.
     """
 
     #: Pipeline statistics and stall reports (feedq._observe.statistics, feedq._observe.stall).
@@ -346,6 +354,8 @@ class ProcessStage:
                         ev = merge.next_event()
                     if ev is EPOCH_END:
                         merge.epoch_done = True
+                        if not merge.more_epochs():
+                            self._release_workers()
                         continue
                     if ev is not None:
                         if ev[1] == "batch":
@@ -378,6 +388,20 @@ class ProcessStage:
             finally:
                 self._wait += time.perf_counter() - started
                 self._waiting_since = None
+
+    def _release_workers(self) -> None:
+        """The last epoch's end was taken: nothing more will come from the
+        workers. Keep their answers to every state request the window of
+        takes can still make, then stop them and free their segments (issue:
+        a loop that trains for hours after its last epoch would hold N idle
+        processes). If a worker cannot answer, keep the workers (state
+        requests then ask them, and report it)."""
+        try:
+            self._positions.keep_final()
+        except (UnavailableError, DeadlineExceededError, CancelledError):
+            return
+        self._channel.stop(STOP_GRACE_SECS)
+        self._ring.let_go()
 
     def _deliver(self, ev: tuple[Any, ...]) -> Any:
         index, _, epoch, slot, seg, gen, nbytes, tree, descs = ev

@@ -86,6 +86,10 @@ class Positions:
         self.counts: list[dict[int, tuple[int, int]]] = [{} for _ in range(num_processes)]
         self._base: dict[int, list[int]] = {}  # restored: batches delivered before, per epoch
         self._requests = 0
+        # Once the workers are released (after the last epoch's end was
+        # taken): their answers, by (worker, epoch, batches delivered), to
+        # every request the window of takes can still make.
+        self._final: dict[tuple[int, int, int], tuple[Any, str | None]] | None = None
         self._num = num_processes
         self._order = order
         self._resumable = resumable
@@ -147,15 +151,44 @@ class Positions:
     def _ask_workers(self, epoch: int, sent: list[int]) -> list[dict[str, Any]]:
         """Each worker's state in ``epoch`` once its first ``sent[i]``
         batches of the epoch are delivered."""
-        self._requests += 1
-        request = self._requests
+        if self._final is not None:
+            answers = []
+            for i, n in enumerate(sent):
+                got = self._final.get((i, epoch, n))
+                if got is None:  # pragma: no cover - keep_final covers the window
+                    raise UnavailableError(
+                        f"process stage worker {i} was released after the last epoch and left "
+                        f"no state for batch {n} of epoch {epoch}")
+                answers.append(got)
+        else:
+            answers = self._request([(i, epoch, n) for i, n in enumerate(sent)])
         handles = self._channel.handles
-        for h, n in zip(handles, sent):
-            h.send(("state", request, epoch, n))
+        states = []
+        for (reply, error), h in zip(answers, handles):
+            if error is not None:
+                hint = "" if self._resumable else (
+                    " (make the stage with process_stage(..., resumable=True) so that each "
+                    "worker builds a resumable pipeline)")
+                raise InvalidArgumentError(
+                    f"process stage worker {h.index} (pid {h.pid}) could not save its "
+                    f"pipeline's state: {error}{hint}")
+            states.append(reply)
+        return states
+
+    def _request(self, asks: list[tuple[int, int, int]]) -> list[tuple[Any, str | None]]:
+        """Ask worker ``i`` for its state in ``epoch`` once its first ``n``
+        batches of the epoch are delivered, for each ``(i, epoch, n)``;
+        their ``(reply, error text)``, in that order."""
+        handles = self._channel.handles
+        requests = []
+        for i, epoch, n in asks:
+            self._requests += 1
+            requests.append((handles[i], self._requests))
+            handles[i].send(("state", self._requests, epoch, n))
         deadline = time.monotonic() + STATE_TIMEOUT_SECS
         try:
             while True:
-                missing = [h for h in handles if request not in h.replies]
+                missing = [h for h, r in requests if r not in h.replies]
                 if not missing:
                     break
                 for h in missing:
@@ -171,21 +204,33 @@ class Positions:
                         f"process stage worker {missing[0].index} (pid {missing[0].pid}) did not "
                         f"report its state within {STATE_TIMEOUT_SECS:g} s")
                 self._channel.pump(min(remaining, _SLICE_SECS))
-            states = []
-            for h in handles:
-                _, _, reply, error = h.replies[request]
-                if error is not None:
-                    hint = "" if self._resumable else (
-                        " (make the stage with process_stage(..., resumable=True) so that each "
-                        "worker builds a resumable pipeline)")
-                    raise InvalidArgumentError(
-                        f"process stage worker {h.index} (pid {h.pid}) could not save its "
-                        f"pipeline's state: {error}{hint}")
-                states.append(reply)
-            return states
+            return [(h.replies[r][2], h.replies[r][3]) for h, r in requests]
         finally:
-            for h in handles:
-                h.replies.pop(request, None)
+            for h, r in requests:
+                h.replies.pop(r, None)
+
+    def keep_final(self) -> None:
+        """The last epoch's end was taken and the workers are to be released:
+        ask them now for every state a later ``state(upto=)`` can need (one
+        per worker and take in the window; their pipelines are finished, so
+        the answers cannot change), and answer from these from now on.
+
+        Raises:
+            UnavailableError, DeadlineExceededError, CancelledError: as a
+                state request (then keep the workers).
+        """
+        merge = self._merge
+        needed: set[tuple[int, int, int]] = set()
+        later: list[dict[int, int]] = [{} for _ in range(self._num)]  # takes from upto on
+        for r in reversed(self.records):  # upto = r.ticket: the takes from r on are later
+            later[r.worker][r.epoch] = later[r.worker].get(r.epoch, 0) + 1
+            if r.epoch < merge.epoch - 1:
+                continue
+            for i in range(self._num):
+                recv = self.counts[i].get(r.epoch, (0, 0))[1]
+                needed.add((i, r.epoch, recv - later[i].get(r.epoch, 0)))
+        asks = sorted(needed)
+        self._final = dict(zip(asks, self._request(asks)))
 
     def apply(self, state: dict[str, Any]) -> None:
         """Set where the workers start and the merge position from ``state``
@@ -202,6 +247,7 @@ class Positions:
         self._merge.restore(current, exhausted, 0 if first is None else first)
         self._base = {current: received}
         self.records.clear()
+        self._final = None
 
     def _parse(self, state: Any) -> tuple[int, bool, int | None, list[int],
                                           list[dict[str, Any]] | None]:

@@ -34,7 +34,9 @@ Resumption: a worker started with a state (``WorkerConfig.start_epoch`` and
 ``load_state_dict`` (a feedq stage) loads the state before its first take,
 a plain iterable replays its batches and skips the ones already delivered.
 A worker stays alive after its last epoch until the parent stops it, to
-answer state requests about batches the consumer has not taken yet.
+answer state requests about batches the consumer has not taken yet: at the
+stage's close, or once the consumer took the last epoch's end (the parent
+first asks it for every state it may still need).
 
 Slots come back without a message (a socket write per batch would wake the
 worker each time, and cost the consumer a system call): the parent writes

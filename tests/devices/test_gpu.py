@@ -67,8 +67,8 @@ def test_feeder_delivers_in_order_through_pinned_slots() -> None:
             assert x.is_cuda and y.is_cuda and x.device.index == 0
             # Work on the consumer's stream right away: it waits for the copy event.
             seen.append(torch.stack([x[:, 0].to(torch.int64), y]).cpu())
-        assert all(p.is_pinned() for slot in feeder._slots for p in slot.pinned)
-        assert len(feeder._slots) == 3
+        assert all(p.is_pinned() for slot in feeder._feed.slots for p in slot.pinned)
+        assert len(feeder._feed.slots) == 3
     got = torch.cat(seen, dim=1)
     assert got[0].tolist() == list(range(n)) and got[1].tolist() == list(range(n))
     stats = feeder.statistics()

@@ -32,7 +32,8 @@ from feedq.errors import (
 from feedq.process import ProcessStage, process_stage
 from feedq.readers import RaggedTensorValue, SparseTensorValue
 from tests.process import _builds as builds
-from tests.process._support import no_process_leaks, wait_dead  # noqa: F401
+from tests.process._support import no_process_leaks, own_segments, wait_dead  # noqa: F401
+from tests.resume import _builds as resume_builds
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -147,6 +148,40 @@ def test_slots_grow_for_bigger_batches() -> None:
             assert int(batch.min()) == int(batch.max()) == seq
             sizes.append(batch.nbytes)
     assert sizes == [k * 1024 for k in (1, 4, 64, 1024, 4096, 16)]
+
+
+# -- the end of the last epoch ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("build", [resume_builds.stateful_rows, resume_builds.plain_rows],
+                         ids=["stateful", "replayed"])
+def test_the_last_epoch_taken_releases_the_workers_and_their_segments(build: Any) -> None:
+    """Issue 24: once the consumer took the last epoch's end, no worker process
+    and no segment is left, the batches still held stay valid, and state
+    requests are answered as the workers would have answered them."""
+    with process_stage(build, 2, epochs=2, seed=3) as stage:
+        pids = stage.pids
+        batches = [b for _ in range(2) for b in stage]
+        got = [tuple(int(v) for v in b) for b in batches]
+        assert got == resume_builds.expected(2, 2, 3)
+        assert wait_dead(pids, 5.0) == []
+        assert own_segments() == []
+        stats = stage.statistics()
+        assert stats.workers_alive == 0 and stats.segments == 0 and stats.held == len(batches)
+        end = stage.state_dict()
+        back = stage.state_dict(upto=stage.taken - 3)
+        del batches
+        gc.collect()
+        assert stage.statistics().held == 0
+        with pytest.raises(OutOfRangeError):
+            iter(stage)
+    assert end["epoch"] == 1 and end["epoch_done"] is True
+    with process_stage(build, 2, epochs=2, seed=3, state=back) as again:
+        rest = [tuple(int(v) for v in b) for b in again]
+    assert rest == got[-3:]
+    with process_stage(build, 2, epochs=2, seed=3, state=end) as done, \
+            pytest.raises(OutOfRangeError):
+        iter(done)
 
 
 # -- batch lifetime -----------------------------------------------------------------
