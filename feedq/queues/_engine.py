@@ -179,9 +179,13 @@ def set_num_enqueued(exc: BaseException, count: int) -> None:
         pass
 
 
-class QueueEngine(ElementCodec):
+class QueueEngine:
     """The lock-held state and machinery of a queue; :class:`QueueBase`
-    adds the public API and the queue kinds add storage."""
+    adds the public API and the queue kinds add storage. Values are
+    converted by the queue's codec (``_codec``, an :class:`ElementCodec`)."""
+
+    _kind: ClassVar[str] = "Queue"
+    _codec: ElementCodec
 
     #: PriorityQueue: a dequeue_many takes all n at once or nothing (Q42).
     _all_or_nothing: ClassVar[bool] = False
@@ -663,7 +667,7 @@ class QueueEngine(ElementCodec):
 
     def _put_one(self, row: list[Any]) -> None:
         """Store one element given as converted component values."""
-        self._put(self._row_to_cols(row), 0, 1)
+        self._put(self._codec.row_to_cols(row), 0, 1)
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         """Remove ``k`` elements; write them to ``outs[i][offset:offset+k]``

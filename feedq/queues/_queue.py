@@ -30,6 +30,7 @@ from feedq.queues._spec import (
     STRING,
     Component,
     Count,
+    ElementCodec,
     as_count,
     check_reopen_spec,
     normalize_dtypes,
@@ -168,8 +169,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         self._size_limit = capacity if capacity >= 0 else 1 << 62
         self._all_shaped = all(c.shape is not None for c in components)
         self._all_dense = all(c.dense for c in components)
-        self._desc = f"{self._kind} '{name}'"
-        self._wheres = [self._where(c.index) for c in components]
+        self._wheres = wheres = [self._where(c.index) for c in components]
+        self._codec = ElementCodec(
+            self._kind, name, components, names, wheres,
+            None if self._all_shaped_dense(components) else self._pad,
+        )
         # How _read_row copies a component out of its column: 0 numeric
         # scalar (indexing copies), 1 numeric row (view: copy), 2 object
         # scalar or ragged (take the reference, clear the slot), 3 object row.
@@ -198,6 +202,21 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         self._init_storage()
         self._grow(self._initial_alloc())
         return self
+
+    def _where(self, i: int) -> str:
+        """How messages name component ``i``."""
+        label = self._names[i] if self._names is not None else str(i)
+        return f"{self._kind} '{self._name}' component {label}"
+
+    @staticmethod
+    def _all_shaped_dense(components: list[Component]) -> bool:
+        return all(c.dense for c in components)
+
+    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        """Stack the rows of a component without a fixed shape (PaddingFIFOQueue)."""
+        raise InvalidArgumentError(
+            f"{self._kind} '{self._name}': component {comp.index} has no fixed shape"
+        )
 
     def _make_components(self, dtypes: Any, shapes: Any) -> list[Component]:
         dtype_list = normalize_dtypes(dtypes)
@@ -319,7 +338,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         elif self._single and not isinstance(vals, (list, tuple, dict)):
             row = [self._components[0].convert_one(vals, self._wheres[0])]
         else:
-            row = self._convert_row(vals)
+            row = self._codec.convert_row(vals)
         self._put_path(row, 1, timeout, cancel, "enqueue")
 
     def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
@@ -351,7 +370,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         ):
             cols = [vals]  # already a column (Component.convert_many, inline)
         else:
-            cols = self._convert_batch(vals)
+            cols = self._codec.convert_batch(vals)
         n = cols[0].shape[0]
         if n == 0:
             return
@@ -409,7 +428,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             self._run_reserved(res)  # copy with the lock released, then commit
             return
         if op == "enqueue":
-            vals = self._row_to_cols(vals)
+            vals = self._codec.row_to_cols(vals)
         self._run_enqueue(_Enqueue(vals, n, cancel), timeout, op)
 
     def put_back(self, vals: Any, *, many: bool = True) -> None:
@@ -434,7 +453,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         Raises:
             ValueError, TypeError, InvalidArgumentError: as :meth:`enqueue_many`.
         """
-        cols = self._convert_batch(vals, rows=True) if many else self._row_to_cols(self._convert_row(vals))
+        cols = self._codec.convert_batch(vals, rows=True) if many else self._codec.row_to_cols(self._codec.convert_row(vals))
         if cols[0].shape[0] == 0:
             return
         with self._mutex:
@@ -550,7 +569,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             )
         if cancel is not None and cancel.fired:
             raise cancel.error()
-        outs = self._check_out(out, n) if out is not None else None
+        outs = self._codec.check_out(out, n) if out is not None else None
         if n == 0:
             return self._batch([], 0, outs, padded)
         if not up_to:
@@ -623,7 +642,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             # The rows never reached the caller: back to the front, in order.
             if chunk is not None:
                 if one:
-                    chunk = self._row_to_cols(chunk)
+                    chunk = self._codec.row_to_cols(chunk)
                 elif outs is not None:
                     chunk = [buf[:k].copy() for buf in outs]
                 with self._mutex:
@@ -640,7 +659,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         outs: list[np.ndarray[Any, Any]] | None, padded: bool,
     ) -> Any:
         if padded or self._all_dense:
-            return self._assemble(chunks, count, outs)
+            return self._codec.assemble(chunks, count, outs)
         # Columns as stored: a component without a fixed shape is an object
         # array holding each element's own array.
         cols = []
@@ -663,8 +682,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         Raises:
             ValueError, TypeError, InvalidArgumentError: as :meth:`enqueue_many`.
         """
-        cols = self._convert_batch(vals, rows=True)
-        return self._assemble([cols], int(cols[0].shape[0]), None)
+        cols = self._codec.convert_batch(vals, rows=True)
+        return self._codec.assemble([cols], int(cols[0].shape[0]), None)
 
     def _check_batch_feasible(self, n: int) -> None:
         """Hook: reject a batch that can never complete (PriorityQueue)."""

@@ -376,22 +376,28 @@ def _interrupt_consumers(duration: float, seed: int) -> tuple[int, int, int, int
         t.start()
     rng = np.random.default_rng(seed + 7)
     end = time.monotonic() + duration
-    while time.monotonic() < end and not errors:
-        c = int(rng.integers(0, n_cons))
-        if state[c] != 1:
-            continue
-        state[c] = 3
-        _raise_in(conss[c])
-        while state[c] == 3:  # its handler acknowledges (a yield, not a timing)
-            time.sleep(0)
-        for _ in range(int(rng.integers(0, 200))):  # land at a random point of the next call
-            pass
-    stop.set()
-    for t in prods:
-        t.join(30)
-    q.close()
-    for t in conss:
-        t.join(30)
+    try:
+        while time.monotonic() < end and not errors:
+            c = int(rng.integers(0, n_cons))
+            if state[c] != 1:
+                continue
+            state[c] = 3
+            ident = conss[c].ident
+            assert ident is not None
+            if ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt)) != 1:
+                break  # it ended on an error (reported below)
+            while state[c] == 3 and not errors:  # its handler acknowledges (a yield, not a timing)
+                time.sleep(0)
+            for _ in range(int(rng.integers(0, 200))):  # land at a random point of the next call
+                pass
+    finally:
+        # Also when the loop fails (or the test times out): every thread ends.
+        stop.set()
+        for t in prods:
+            t.join(30)
+        q.close()
+        for t in conss:
+            t.join(30)
     assert not [t.name for t in prods + conss if t.is_alive()]
     assert not errors, errors
     received = sum(int(np.asarray(got[0]).size) for box in boxes for got in box)
@@ -401,6 +407,7 @@ def _interrupt_consumers(duration: float, seed: int) -> tuple[int, int, int, int
     return sum(hits), sum(produced), received, q.size()
 
 
+@pytest.mark.timeout(60)
 def test_interrupted_consumers_of_a_shared_queue_lose_nothing() -> None:
     """Issue 24: an asynchronous exception between the queue handing rows
     over and the caller holding them lost the rows; now they go back."""
