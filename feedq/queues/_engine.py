@@ -23,7 +23,8 @@ in the error's ``num_enqueued``. ``close``/``cancel`` fail attempts through
 the same path.
 
 Storage is the only thing queue kinds change: ``_put``, ``_take``,
-``_putback``, ``_available`` and ``_grow`` run with the lock held and see
+``_putback``, ``_available``, ``_grow`` (and ``_forget``, for kinds whose
+``_take`` leaves object references behind) run with the lock held and see
 columns (one NumPy buffer per component: ``(alloc,) + shape`` for dense
 components, an object array of per-element arrays for ragged ones).
 
@@ -47,6 +48,16 @@ arrival order (Q14, Q16) and exact accounting:
   slots are reused only once every older claim finished copying;
 * an asynchronous exception (Ctrl-C) in the copy rolls back exactly: a
   reservation is released, a claim's rows go back to the front in order (T3).
+
+Asynchronous exceptions (Ctrl-C, ``PyThreadState_SetAsyncExc``) arrive only
+where the interpreter checks for them: a Python function's start, a loop's
+back edge, the return of a call into C (such as a lock's release). So the
+code that moves rows between the storage and a caller is straight-line
+where it must be: a storage hook changes the storage only at its end, and
+from its return until the rows are counted and the caller's (the attempt's
+``chunks``, or the take path's local) nothing can be interrupted; the flush
+finishes an attempt before it leaves its line, and skips finished heads; the
+take path puts back whatever it took that did not reach its caller.
 
 Close is a state machine (OPEN → CLOSING → CLOSED): CLOSING while enqueues
 that were pending at ``close()`` may still finish, CLOSED once none is.

@@ -633,6 +633,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 if outs is None and self._all_dense:
                     return chunk[0] if self._single else pack_values(chunk, self._names)
                 return self._batch([chunk], k, outs, padded)
+            if outs is None and not (one or up_to) and self._all_dense:
+                # A dequeue_many that must wait collects its n rows straight
+                # into the arrays it returns, however many pieces they come
+                # in (else each piece is copied out, then concatenated).
+                outs = [np.empty((n, *(c.shape or ())), c.dtype) for c in self._components]
             att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
             self._run_dequeue(att, timeout)
             if one:
