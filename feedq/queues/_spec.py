@@ -332,7 +332,7 @@ class ElementCodec:
                     col = np.empty((0, *comp.shape), dtype=comp.dtype)
             elif self.pad is not None:
                 col = self.pad(comp, parts)
-            else:  # pragma: no cover - guarded in QueueBase._dequeue_batch
+            else:  # pragma: no cover - guarded in QueueBase._take_path
                 raise InvalidArgumentError(f"{self.desc}: component {comp.index} has no fixed shape")
             cols.append(col)
         return pack_values(cols, self.names)
