@@ -23,7 +23,8 @@ in the error's ``num_enqueued``. ``close``/``cancel`` fail attempts through
 the same path.
 
 Storage is the only thing queue kinds change: ``_put``, ``_take``,
-``_putback``, ``_available`` and ``_grow`` run with the lock held and see
+``_putback``, ``_available``, ``_grow`` (and ``_forget``, for kinds whose
+``_take`` leaves object references behind) run with the lock held and see
 columns (one NumPy buffer per component: ``(alloc,) + shape`` for dense
 components, an object array of per-element arrays for ragged ones).
 
@@ -47,6 +48,16 @@ arrival order (Q14, Q16) and exact accounting:
   slots are reused only once every older claim finished copying;
 * an asynchronous exception (Ctrl-C) in the copy rolls back exactly: a
   reservation is released, a claim's rows go back to the front in order (T3).
+
+Asynchronous exceptions (Ctrl-C, ``PyThreadState_SetAsyncExc``) arrive only
+where the interpreter checks for them: a Python function's start, a loop's
+back edge, the return of a call into C (such as a lock's release). So the
+code that moves rows between the storage and a caller is straight-line
+where it must be: a storage hook changes the storage only at its end, and
+from its return until the rows are counted and the caller's (the attempt's
+``chunks``, or the take path's local) nothing can be interrupted; the flush
+finishes an attempt before it leaves its line, and skips finished heads; the
+take path puts back whatever it took that did not reach its caller.
 
 Close is a state machine (OPEN → CLOSING → CLOSED): CLOSING while enqueues
 that were pending at ``close()`` may still finish, CLOSED once none is.
@@ -80,6 +91,12 @@ class QueueState(enum.Enum):
     #: close() was called; enqueues that were pending then may still finish.
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+# Module constants: an Enum member lookup costs ~0.1 us on the hot paths.
+_OPEN = QueueState.OPEN
+_CLOSING = QueueState.CLOSING
+_CLOSED = QueueState.CLOSED
 
 
 class TimingRecord(NamedTuple):
@@ -179,9 +196,13 @@ def set_num_enqueued(exc: BaseException, count: int) -> None:
         pass
 
 
-class QueueEngine(ElementCodec):
+class QueueEngine:
     """The lock-held state and machinery of a queue; :class:`QueueBase`
-    adds the public API and the queue kinds add storage."""
+    adds the public API and the queue kinds add storage. Values are
+    converted by the queue's codec (``_codec``, an :class:`ElementCodec`)."""
+
+    _kind: ClassVar[str] = "Queue"
+    _codec: ElementCodec
 
     #: PriorityQueue: a dequeue_many takes all n at once or nothing (Q42).
     _all_or_nothing: ClassVar[bool] = False
@@ -249,7 +270,7 @@ class QueueEngine(ElementCodec):
         """Queue ``att`` and wait until it finished or gave up; raise its error."""
         wait = resolve_timeout(timeout)
         with self._mutex:
-            if self._state is not QueueState.OPEN:
+            if self._state is not _OPEN:
                 raise self._closed_enqueue_error()
             try:
                 self._producers.append(att)
@@ -471,7 +492,7 @@ class QueueEngine(ElementCodec):
 
     def _ended(self) -> bool:
         """No element can arrive any more: closed and no enqueue pending."""
-        return self._state is QueueState.CLOSED
+        return self._state is _CLOSED
 
     @staticmethod
     def _finish(att: _Attempt) -> None:
@@ -492,7 +513,7 @@ class QueueEngine(ElementCodec):
         progress = True
         while progress:
             progress = False
-            if self._state is QueueState.CLOSING and not producers and not self._in_busy:
+            if self._state is _CLOSING and not producers and not self._in_busy:
                 self._state = QueueState.CLOSED
                 progress = True
             # Producers, oldest first (Q14); none behind a reservation that
@@ -551,7 +572,7 @@ class QueueEngine(ElementCodec):
                         continue
                 elif (
                     self._all_or_nothing and datt.up_to and avail > 0
-                    and self._state is QueueState.CLOSING and self._free() <= 0
+                    and self._state is _CLOSING and self._free() <= 0
                 ):
                     # Closed, and the enqueues still pending wait for room
                     # that only this call can free but an all-or-nothing
@@ -663,7 +684,7 @@ class QueueEngine(ElementCodec):
 
     def _put_one(self, row: list[Any]) -> None:
         """Store one element given as converted component values."""
-        self._put(self._row_to_cols(row), 0, 1)
+        self._put(self._codec.row_to_cols(row), 0, 1)
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         """Remove ``k`` elements; write them to ``outs[i][offset:offset+k]``

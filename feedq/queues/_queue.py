@@ -30,6 +30,7 @@ from feedq.queues._spec import (
     STRING,
     Component,
     Count,
+    ElementCodec,
     as_count,
     check_reopen_spec,
     normalize_dtypes,
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
     from feedq.queues._select import SelectedQueue
 
 __all__ = ["QueueBase", "QueueStatistics"]
+
+# Module constants: an Enum member lookup costs ~0.1 us on the hot paths.
+_OPEN = QueueState.OPEN
+_CLOSING = QueueState.CLOSING
+_CLOSED = QueueState.CLOSED
 
 
 @dataclass(frozen=True)
@@ -168,8 +174,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         self._size_limit = capacity if capacity >= 0 else 1 << 62
         self._all_shaped = all(c.shape is not None for c in components)
         self._all_dense = all(c.dense for c in components)
-        self._desc = f"{self._kind} '{name}'"
-        self._wheres = [self._where(c.index) for c in components]
+        self._wheres = wheres = [self._where(c.index) for c in components]
+        self._codec = ElementCodec(
+            self._kind, name, components, names, wheres,
+            None if self._all_shaped_dense(components) else self._pad,
+        )
         # How _read_row copies a component out of its column: 0 numeric
         # scalar (indexing copies), 1 numeric row (view: copy), 2 object
         # scalar or ragged (take the reference, clear the slot), 3 object row.
@@ -198,6 +207,21 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         self._init_storage()
         self._grow(self._initial_alloc())
         return self
+
+    def _where(self, i: int) -> str:
+        """How messages name component ``i``."""
+        label = self._names[i] if self._names is not None else str(i)
+        return f"{self._kind} '{self._name}' component {label}"
+
+    @staticmethod
+    def _all_shaped_dense(components: list[Component]) -> bool:
+        return all(c.dense for c in components)
+
+    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        """Stack the rows of a component without a fixed shape (PaddingFIFOQueue)."""
+        raise InvalidArgumentError(
+            f"{self._kind} '{self._name}': component {comp.index} has no fixed shape"
+        )
 
     def _make_components(self, dtypes: Any, shapes: Any) -> list[Component]:
         dtype_list = normalize_dtypes(dtypes)
@@ -319,7 +343,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         elif self._single and not isinstance(vals, (list, tuple, dict)):
             row = [self._components[0].convert_one(vals, self._wheres[0])]
         else:
-            row = self._convert_row(vals)
+            row = self._codec.convert_row(vals)
         self._put_path(row, 1, timeout, cancel, "enqueue")
 
     def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
@@ -351,7 +375,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         ):
             cols = [vals]  # already a column (Component.convert_many, inline)
         else:
-            cols = self._convert_batch(vals)
+            cols = self._codec.convert_batch(vals)
         n = cols[0].shape[0]
         if n == 0:
             return
@@ -380,7 +404,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             with self._mutex:
                 size = self._size
                 if (
-                    self._state is QueueState.OPEN
+                    self._state is _OPEN
                     and not self._producers
                     and not self._in_busy
                     and size + n <= self._size_limit
@@ -404,12 +428,15 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                     res = self._reserve(vals, n)
         except BaseException as exc:
             set_num_enqueued(exc, inserted)
+            if inserted:  # the rows are in: let the consumers waiting for them see them
+                with self._mutex:
+                    self._flush()
             raise
         if res is not None:
             self._run_reserved(res)  # copy with the lock released, then commit
             return
         if op == "enqueue":
-            vals = self._row_to_cols(vals)
+            vals = self._codec.row_to_cols(vals)
         self._run_enqueue(_Enqueue(vals, n, cancel), timeout, op)
 
     def put_back(self, vals: Any, *, many: bool = True) -> None:
@@ -434,7 +461,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         Raises:
             ValueError, TypeError, InvalidArgumentError: as :meth:`enqueue_many`.
         """
-        cols = self._convert_batch(vals, rows=True) if many else self._row_to_cols(self._convert_row(vals))
+        cols = self._codec.convert_batch(vals, rows=True) if many else self._codec.row_to_cols(self._codec.convert_row(vals))
         if cols[0].shape[0] == 0:
             return
         with self._mutex:
@@ -500,7 +527,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 they stay queued (Q27).
             CancelledError, DeadlineExceededError: as :meth:`dequeue`.
         """
-        return self._dequeue_batch(n, timeout, out, False, "dequeue_many", False, cancel, padded)
+        return self._take_path(n, timeout, cancel, out, False, False, "dequeue_many", False, padded)
 
     def dequeue_up_to(
         self, n: Count, timeout: float | None = None, out: Any = None, *,
@@ -510,7 +537,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         1..n elements that remain (Q21, Q28; a PriorityQueue returns them
         sorted, Q43); ``OutOfRangeError`` when none. The result's leading
         dimension is the number returned."""
-        return self._dequeue_batch(n, timeout, out, True, "dequeue_up_to", False, cancel, padded)
+        return self._take_path(n, timeout, cancel, out, True, False, "dequeue_up_to", False, padded)
 
     def dequeue_available(
         self, n: Count, timeout: float | None = None, out: Any = None, *,
@@ -527,39 +554,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             OutOfRangeError: the queue is closed and empty.
             CancelledError, DeadlineExceededError: as :meth:`dequeue`.
         """
-        return self._dequeue_batch(n, timeout, out, True, "dequeue_available", True, cancel, padded)
-
-    def _dequeue_batch(
-        self, n: Count, timeout: float | None, out: Any, up_to: bool, op: str, some: bool,
-        cancel: CancelToken | None, padded: bool = True,
-    ) -> Any:
-        """:meth:`dequeue_many` / :meth:`dequeue_up_to` /
-        :meth:`dequeue_available`: validate, then the one take path."""
-        if type(n) is not int:
-            n = as_count(n)
-        if n < 0:
-            raise InvalidArgumentError(
-                f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"
-            )
-        if timeout is not None:
-            check_timeout(timeout)
-        if not self._all_shaped:
-            raise InvalidArgumentError(
-                f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
-                "components to have specified shapes."
-            )
-        if cancel is not None and cancel.fired:
-            raise cancel.error()
-        outs = self._check_out(out, n) if out is not None else None
-        if n == 0:
-            return self._batch([], 0, outs, padded)
-        if not up_to:
-            self._check_batch_feasible(n)
-        return self._take_path(n, timeout, cancel, outs, up_to, some, op, False, padded)
+        return self._take_path(n, timeout, cancel, out, True, True, "dequeue_available", False, padded)
 
     def _take_path(
-        self, n: int, timeout: float | None, cancel: CancelToken | None,
-        outs: list[np.ndarray[Any, Any]] | None, up_to: bool, some: bool, op: str, one: bool,
+        self, n: Any, timeout: float | None, cancel: CancelToken | None,
+        out: Any, up_to: bool, some: bool, op: str, one: bool,
         padded: bool = True,
     ) -> Any:
         """The one take path: ``n > 0`` elements (``one``: a single element,
@@ -579,21 +578,61 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         take (the flush, the lock's release, building the result); the
         return itself and the caller's assignment of the result are not.
         """
+        outs: list[np.ndarray[Any, Any]] | None = None
+        if not one:
+            # dequeue_many / dequeue_up_to / dequeue_available: validate.
+            if type(n) is not int:
+                n = as_count(n)
+            if n < 0:
+                raise InvalidArgumentError(
+                    f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"
+                )
+            if timeout is not None:
+                check_timeout(timeout)
+            if not self._all_shaped:
+                raise InvalidArgumentError(
+                    f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
+                    "components to have specified shapes."
+                )
+            if cancel is not None and cancel.fired:
+                raise cancel.error()
+            if out is not None:
+                outs = self._codec.check_out(out, n)
+            if n == 0:
+                return self._batch([], 0, outs, padded)
+            if not up_to:
+                self._check_batch_feasible(n)
         chunk: list[Any] | None = None
         att: _Dequeue | None = None
         k = n
         try:
             claim = None
             with self._mutex:
-                if not self._consumers:
-                    avail = self._size if self._all_available else self._available()
+                if self._consumers:
+                    pass  # others are ahead in line (Q14)
+                elif one:
+                    size = self._size
+                    if size if self._all_available else self._available():
+                        self._takes += 1
+                        self._fill_sum += size
+                        chunk = self._take_one()
+                        # Straight-line from the hook's return (no call).
+                        self._size = size - 1
+                        self._dequeued += 1
+                        if self._has_refs:
+                            self._forget(1)
+                        if self._producers:
+                            self._flush()
+                else:
+                    size = self._size
+                    avail = size if self._all_available else self._available()
                     if avail >= n or (some and avail > 0):
                         self._takes += 1
-                        self._fill_sum += self._size
+                        self._fill_sum += size
                         if avail < n:
                             k = avail
-                        if one or k < self._unlocked_rows:
-                            chunk = self._take_one() if one else self._take(k, outs, 0)
+                        if k < self._unlocked_rows:
+                            chunk = self._take(k, outs, 0)
                             # Straight-line from the hook's return (no call):
                             # the rows are out, and this call's.
                             self._size -= k
@@ -614,6 +653,11 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 if outs is None and self._all_dense:
                     return chunk[0] if self._single else pack_values(chunk, self._names)
                 return self._batch([chunk], k, outs, padded)
+            if outs is None and not (one or up_to) and self._all_dense:
+                # A dequeue_many that must wait collects its n rows straight
+                # into the arrays it returns, however many pieces they come
+                # in (else each piece is copied out, then concatenated).
+                outs = [np.empty((n, *(c.shape or ())), c.dtype) for c in self._components]
             att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
             self._run_dequeue(att, timeout)
             if one:
@@ -623,7 +667,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             # The rows never reached the caller: back to the front, in order.
             if chunk is not None:
                 if one:
-                    chunk = self._row_to_cols(chunk)
+                    chunk = self._codec.row_to_cols(chunk)
                 elif outs is not None:
                     chunk = [buf[:k].copy() for buf in outs]
                 with self._mutex:
@@ -640,7 +684,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         outs: list[np.ndarray[Any, Any]] | None, padded: bool,
     ) -> Any:
         if padded or self._all_dense:
-            return self._assemble(chunks, count, outs)
+            return self._codec.assemble(chunks, count, outs)
         # Columns as stored: a component without a fixed shape is an object
         # array holding each element's own array.
         cols = []
@@ -663,8 +707,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         Raises:
             ValueError, TypeError, InvalidArgumentError: as :meth:`enqueue_many`.
         """
-        cols = self._convert_batch(vals, rows=True)
-        return self._assemble([cols], int(cols[0].shape[0]), None)
+        cols = self._codec.convert_batch(vals, rows=True)
+        return self._codec.assemble([cols], int(cols[0].shape[0]), None)
 
     def _check_batch_feasible(self, n: int) -> None:
         """Hook: reject a batch that can never complete (PriorityQueue)."""
@@ -683,7 +727,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         stay (Q24).
         """
         with self._mutex:
-            if self._state is QueueState.OPEN:
+            if self._state is _OPEN:
                 self._state = QueueState.CLOSING
             if cancel_pending_enqueues:
                 self._cancel_producers("Enqueue operation was cancelled")
@@ -703,21 +747,21 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         :class:`CancelToken` instead.
         """
         with self._mutex:
-            if self._state is QueueState.CLOSED and cause is None and not self._cancelled:
+            if self._state is _CLOSED and cause is None and not self._cancelled:
                 # Already closed and nothing pending: a clean cancel changes
                 # nothing, and end of data stays OutOfRange.
                 return
             if not self._cancelled:
                 self._cancelled = True
                 self._cancel_cause = cause
-            if self._state is QueueState.OPEN:
+            if self._state is _OPEN:
                 self._state = QueueState.CLOSING
             self._cancel_producers("Enqueue operation was cancelled")
             self._flush()
 
     def is_closed(self) -> bool:
         """True once :meth:`close` or :meth:`cancel` was called."""
-        return self._state is not QueueState.OPEN
+        return self._state is not _OPEN
 
     def size(self) -> int:
         """Elements stored now (Q12). A snapshot: it may change at once."""
@@ -730,7 +774,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 name=self._name,
                 size=self._size,
                 capacity=self._capacity,
-                closed=self._state is not QueueState.OPEN,
+                closed=self._state is not _OPEN,
                 state=self._state,
                 cancelled=self._cancelled,
                 waiting_producers=len(self._producers),

@@ -15,9 +15,9 @@ Strings are stored as ``STRING`` (``np.dtype(object)``) arrays whose items are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -198,38 +198,57 @@ class Component:
 
 
 class ElementCodec:
-    """Converts between user values and a queue's columns (a mixin of the
-    queue engine: it knows the components, not the storage)."""
+    """Converts between user values and a queue's columns. A queue has one
+    (``QueueBase._codec``): it knows the components, not the storage.
 
-    _kind: ClassVar[str] = "Queue"
-    _name: str
-    _components: list[Component]
-    _names: list[str] | None
-    _wheres: list[str]
-    _single: bool
-    _desc: str
+    Args:
+        kind: the queue kind, for messages ("FIFOQueue").
+        name: the queue's name, for messages.
+        components: the element's components.
+        names: component names (Q3), or ``None``.
+        wheres: how messages name each component.
+        pad: stacks the rows of a component without a fixed shape
+            (PaddingFIFOQueue, Q37); ``None`` where every shape is fixed.
+    """
 
-    def _where(self, i: int) -> str:
-        label = self._names[i] if self._names is not None else str(i)
-        return f"{self._kind} '{self._name}' component {label}"
+    __slots__ = ("components", "desc", "kind", "name", "names", "pad", "single", "wheres")
 
-    def _convert_row(self, vals: Any) -> list[Any]:
-        comps = self._components
-        if self._single and not isinstance(vals, (list, tuple, dict)):
-            return [comps[0].convert_one(vals, self._wheres[0])]
-        values = flatten_values(vals, self._names, len(comps), self._desc)
-        wheres = self._wheres
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        components: list[Component],
+        names: list[str] | None,
+        wheres: list[str],
+        pad: Callable[[Component, list[np.ndarray[Any, Any]]], np.ndarray[Any, Any]] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.components = components
+        self.names = names
+        self.wheres = wheres
+        self.single = names is None and len(components) == 1
+        self.desc = f"{kind} '{name}'"
+        self.pad = pad
+
+    def convert_row(self, vals: Any) -> list[Any]:
+        """One element as converted component values (Q3, Q8–Q10)."""
+        comps = self.components
+        if self.single and not isinstance(vals, (list, tuple, dict)):
+            return [comps[0].convert_one(vals, self.wheres[0])]
+        values = flatten_values(vals, self.names, len(comps), self.desc)
+        wheres = self.wheres
         return [comp.convert_one(value, wheres[comp.index]) for comp, value in zip(comps, values)]
 
-    def _convert_batch(self, vals: Any, rows: bool = False) -> list[np.ndarray[Any, Any]]:
+    def convert_batch(self, vals: Any, rows: bool = False) -> list[np.ndarray[Any, Any]]:
         """A batch as columns; with ``rows``, a ragged component may also be
-        given as a sequence of per-element values (see :meth:`put_back`)."""
-        comps = self._components
-        if self._single and not isinstance(vals, (list, tuple, dict)):
+        given as a sequence of per-element values (see ``QueueBase.put_back``)."""
+        comps = self.components
+        if self.single and not isinstance(vals, (list, tuple, dict)):
             values = [vals]
         else:
-            values = flatten_values(vals, self._names, len(comps), self._desc)
-        wheres = self._wheres
+            values = flatten_values(vals, self.names, len(comps), self.desc)
+        wheres = self.wheres
         cols = []
         for comp, value in zip(comps, values):
             if (
@@ -255,15 +274,15 @@ class ElementCodec:
         for i, col in enumerate(cols):
             if col.shape[0] != n:
                 raise InvalidArgumentError(
-                    f"{self._kind} '{self._name}': All input tensors must have the same size in "
+                    f"{self.desc}: All input tensors must have the same size in "
                     f"the 0th dimension. Component 0 has {n}, component {i} has {col.shape[0]}"
                 )
         return cols
 
-    def _row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
+    def row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
         """One element's converted component values as one-row columns."""
         cols = []
-        for comp, value in zip(self._components, row):
+        for comp, value in zip(self.components, row):
             if comp.dense and not (comp.dtype is STRING and comp.shape == ()):
                 col = np.asarray(value, dtype=comp.dtype)[np.newaxis]
             else:
@@ -272,11 +291,12 @@ class ElementCodec:
             cols.append(col)
         return cols
 
-    def _check_out(self, out: Any, n: int) -> list[np.ndarray[Any, Any]]:
-        where = f"{self._kind} '{self._name}' out="
-        bufs = flatten_values(out, self._names, len(self._components), where)
+    def check_out(self, out: Any, n: int) -> list[np.ndarray[Any, Any]]:
+        """The ``out=`` buffers of a batch dequeue of ``n``, validated."""
+        where = f"{self.desc} out="
+        bufs = flatten_values(out, self.names, len(self.components), where)
         result = []
-        for comp, buf in zip(self._components, bufs):
+        for comp, buf in zip(self.components, bufs):
             buf = as_torch_free_array(buf, where)
             if not isinstance(buf, np.ndarray):
                 raise TypeError(f"{where}: component {comp.index} must be an ndarray, got {type(buf).__name__}")
@@ -293,11 +313,14 @@ class ElementCodec:
             result.append(buf)
         return result
 
-    def _assemble(self, chunks: list[list[np.ndarray[Any, Any]]], count: int, outs: list[np.ndarray[Any, Any]] | None) -> Any:
+    def assemble(
+        self, chunks: list[list[np.ndarray[Any, Any]]], count: int, outs: list[np.ndarray[Any, Any]] | None,
+    ) -> Any:
+        """The batch a dequeue returns for the taken ``chunks`` (columns each)."""
         if outs is not None:
-            return pack_values([buf[:count] for buf in outs], self._names)
+            return pack_values([buf[:count] for buf in outs], self.names)
         cols = []
-        for i, comp in enumerate(self._components):
+        for i, comp in enumerate(self.components):
             parts = [chunk[i] for chunk in chunks]
             if comp.dense:
                 if len(parts) == 1:
@@ -307,16 +330,12 @@ class ElementCodec:
                 else:
                     assert comp.shape is not None
                     col = np.empty((0, *comp.shape), dtype=comp.dtype)
-            else:
-                col = self._pad(comp, parts)
+            elif self.pad is not None:
+                col = self.pad(comp, parts)
+            else:  # pragma: no cover - guarded in QueueBase._take_path
+                raise InvalidArgumentError(f"{self.desc}: component {comp.index} has no fixed shape")
             cols.append(col)
-        return pack_values(cols, self._names)
-
-    def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
-        """Stack rows of a component without a fixed shape (PaddingFIFOQueue)."""
-        raise InvalidArgumentError(  # pragma: no cover - guarded in _dequeue_batch
-            f"{self._kind} '{self._name}': component {comp.index} has no fixed shape"
-        )
+        return pack_values(cols, self.names)
 
 
 def _describe(value: Any) -> str:

@@ -301,13 +301,14 @@ def test_interrupted_take_grad_leaves_no_waiter() -> None:
     assert acc.num_accumulated() == 1 and acc.global_step() == 0
 
 
-def _interrupt_consumers(duration: float, seed: int) -> tuple[int, int, int, int]:
+def _interrupt_consumers(interruptions: int, max_s: float, seed: int) -> tuple[int, int, int, int]:
     """Two producers fill a shared FIFOQueue; two consumers dequeue from it
     with every take call (dequeue, dequeue_many, dequeue_up_to,
     dequeue_available) while the main thread raises KeyboardInterrupt in
     them with ``PyThreadState_SetAsyncExc`` (the Ctrl-C path), one at a
-    time, at random points (issue 24). Returns (interruptions, enqueued,
-    received, left in the queue)."""
+    time, at random points (issue 24), ``interruptions`` times or for
+    ``max_s`` seconds. Returns (interruptions, enqueued, received, left in
+    the queue)."""
     q = FIFOQueue(256, [np.int64, np.float32], shapes=[[], [2]])
     n_prod, n_cons = 2, 2
     stop = threading.Event()
@@ -375,23 +376,31 @@ def _interrupt_consumers(duration: float, seed: int) -> tuple[int, int, int, int
     for t in prods + conss:
         t.start()
     rng = np.random.default_rng(seed + 7)
-    end = time.monotonic() + duration
-    while time.monotonic() < end and not errors:
-        c = int(rng.integers(0, n_cons))
-        if state[c] != 1:
-            continue
-        state[c] = 3
-        _raise_in(conss[c])
-        while state[c] == 3:  # its handler acknowledges (a yield, not a timing)
-            time.sleep(0)
-        for _ in range(int(rng.integers(0, 200))):  # land at a random point of the next call
-            pass
-    stop.set()
-    for t in prods:
-        t.join(30)
-    q.close()
-    for t in conss:
-        t.join(30)
+    end = time.monotonic() + max_s
+    fired = 0
+    try:
+        while fired < interruptions and time.monotonic() < end and not errors:
+            c = int(rng.integers(0, n_cons))
+            if state[c] != 1:
+                continue
+            state[c] = 3
+            ident = conss[c].ident
+            assert ident is not None
+            if ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt)) != 1:
+                break  # it ended on an error (reported below)
+            fired += 1
+            while state[c] == 3 and not errors:  # its handler acknowledges (a yield, not a timing)
+                time.sleep(0)
+            for _ in range(int(rng.integers(0, 200))):  # land at a random point of the next call
+                pass
+    finally:
+        # Also when the loop fails (or the test times out): every thread ends.
+        stop.set()
+        for t in prods:
+            t.join(30)
+        q.close()
+        for t in conss:
+            t.join(30)
     assert not [t.name for t in prods + conss if t.is_alive()]
     assert not errors, errors
     received = sum(int(np.asarray(got[0]).size) for box in boxes for got in box)
@@ -401,10 +410,11 @@ def _interrupt_consumers(duration: float, seed: int) -> tuple[int, int, int, int
     return sum(hits), sum(produced), received, q.size()
 
 
+@pytest.mark.timeout(60)
 def test_interrupted_consumers_of_a_shared_queue_lose_nothing() -> None:
     """Issue 24: an asynchronous exception between the queue handing rows
     over and the caller holding them lost the rows; now they go back."""
-    hits, enqueued, received, left = _interrupt_consumers(2.0, seed=1)
+    hits, enqueued, received, left = _interrupt_consumers(500, 20.0, seed=1)
     assert hits > 20
     assert (enqueued - received - left, left) == (0, 0)
 
@@ -413,7 +423,7 @@ def test_interrupted_consumers_of_a_shared_queue_lose_nothing() -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_interrupted_consumers_of_a_shared_queue_lose_nothing_long(seed: int) -> None:
-    hits, enqueued, received, left = _interrupt_consumers(60.0, seed)
+    hits, enqueued, received, left = _interrupt_consumers(20_000, 240.0, seed)
     assert hits > 1000
     assert (enqueued - received - left, left) == (0, 0)
 

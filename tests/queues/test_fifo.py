@@ -354,6 +354,28 @@ def test_q18_later_consumer_waits_behind_dequeue_many() -> None:
     np.testing.assert_array_equal(many.result(), [1, 2, 3])
 
 
+def test_q18_waiting_dequeue_many_collects_pieces_without_concatenating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dequeue_many that had to wait copies each piece once, straight into
+    the arrays it returns: no np.concatenate of the pieces afterwards."""
+    q = FIFOQueue(10, [np.int64, np.float32, STRING], shapes=[[], [2], []])
+    many = Bg(q.dequeue_many, 4, name="feedq-test-pieces")
+    wait_blocked(q, consumers=1)
+    calls: list[int] = []
+    concatenate = np.concatenate
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return concatenate(*args, **kwargs)
+
+    monkeypatch.setattr(np, "concatenate", counting)
+    q.enqueue_many([np.arange(2), np.ones((2, 2), np.float32), [b"a", b"b"]])
+    q.enqueue_many([np.arange(2, 4), np.ones((2, 2), np.float32), [b"c", b"d"]])
+    ids, xs, names = many.result()
+    assert ids.tolist() == [0, 1, 2, 3] and xs.shape == (4, 2) and names.tolist() == [b"a", b"b", b"c", b"d"]
+    assert calls == []
+    assert all(v is None for v in q._cols[2].tolist())  # no reference left in the ring
+
+
 def test_q20_dequeue_many_zero_and_negative() -> None:
     q = FIFOQueue(2, [np.int32, np.float32], shapes=[[], [3]])
     q.close()
