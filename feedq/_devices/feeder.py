@@ -279,8 +279,12 @@ class DeviceFeeder:
         else:
             self._place_targets(None, [])
 
-        # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown.
+        # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown,
+        # and its state counts what this feeder handed on, not what it read ahead.
         _scope.register_closeable(self)
+        pipe = current_pipeline()
+        if pipe is not None and hasattr(self._origin, "state_dict"):
+            pipe.resumption.add_consumer(self._origin, self._delivered_upto)
         if coord is not None:
             # Runs now if the coordinator is already stopped; close() removes it.
             coord.add_stop_callback(self._on_coord_stop)
@@ -335,6 +339,13 @@ class DeviceFeeder:
             self._base_taken = taken if isinstance(taken, int) else None
         self._feed.start()
         return self
+
+    def _delivered_upto(self) -> int | None:
+        """The source's evaluations handed on to the consumer (None before
+        the feeder read any)."""
+        with self._mutex:
+            base, delivered = self._base_taken, self._delivered
+        return None if base is None else base + delivered
 
     def _resumable_source(self) -> Any:
         return resumable_source(self._origin, self.name)

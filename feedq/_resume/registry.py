@@ -22,6 +22,7 @@ pipeline's state is one producer's stream and one batcher's deliveries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from feedq._resume.producer import ProducerPart
@@ -42,6 +43,9 @@ class Registry:
         self._producer: ProducerPart | None = None
         # The batcher's part, or a process stage: whatever writes the state.
         self._batcher: Any = None
+        # Consumers between a stage and the user (device feeders): (the stage
+        # they read, how many of its evaluations the user received so far).
+        self._consumers: list[tuple[Any, Callable[[], int | None]]] = []
 
     @property
     def pending(self) -> dict[str, Any] | None:
@@ -86,15 +90,35 @@ class Registry:
         state, self._pending = self._pending, None
         return state
 
+    def add_consumer(self, source: Any, delivered: Callable[[], int | None]) -> None:
+        """A consumer that sits between ``source`` and the user (a device
+        feeder) was built: ``delivered()`` is the number of ``source``'s
+        evaluations the user has received through it (None before it read
+        any). Evaluations it took but did not hand on yet (prefetched,
+        staged) are not delivered, so the pipeline's state counts up to it.
+        """
+        self._consumers.append((source, delivered))
+
     def state_dict(self, output: Any, upto: int | None) -> dict[str, Any]:
-        """The state of the pipeline whose output is ``output``.
+        """The state of the pipeline whose output is ``output``: as of
+        ``upto`` evaluations, or (None) of what the user received, through
+        the one consumer that reads ``output`` if there is one.
 
         Raises:
-            InvalidArgumentError: the output is not resumable.
+            InvalidArgumentError: the output is not resumable, or two
+                consumers read it (save each consumer's own state).
         """
         if output is None or not hasattr(output, "state_dict"):
             raise InvalidArgumentError("this pipeline has no resumable output stage")
-        state: dict[str, Any] = output.state_dict(upto)
+        if upto is None:
+            readers = [delivered for source, delivered in self._consumers if source is output]
+            if len(readers) > 1:
+                raise InvalidArgumentError(
+                    f"{len(readers)} device feeders read this pipeline's output; save each "
+                    "feeder's state_dict() instead of the pipeline's")
+            if readers:
+                upto = readers[0]()
+        state: dict[str, Any] = output.state_dict(upto) if upto is not None else output.state_dict()
         return state
 
     def load_state_dict(self, output: Any, state: dict[str, Any]) -> None:

@@ -121,9 +121,12 @@ def test_load_after_start_is_refused() -> None:
         assert tag(feeder.get(timeout=10)) == FULL[1]  # unchanged
 
 
-def test_a_resumable_pipeline_stage_as_the_source(tmp_path: Any) -> None:
+@pytest.mark.parametrize("whose", ["feeder", "pipeline"])
+def test_a_resumable_pipeline_stage_as_the_source(tmp_path: Any, whose: str) -> None:
     """A real pipeline (one shuffle_batch, exact mode): the feeder's state is
-    the pipeline's state as of the batches the consumer got; restored with
+    the pipeline's state as of the batches the consumer got, and so is
+    ``pipe.state_dict()`` of the pipeline the feeder was built in (its
+    prefetched batches are not delivered); restored with
     ``feedq.Pipeline(state=...)`` (the stage restores as it is built)."""
     from tests.resume import _support as rs
 
@@ -135,7 +138,8 @@ def test_a_resumable_pipeline_stage_as_the_source(tmp_path: Any) -> None:
             got = [np.asarray(feeder.get(timeout=10)[0]).copy() for _ in range(6)]
             wait_prefetched(feeder)
             assert stage.taken > 6  # the feeder read ahead
-            state = pickle.loads(pickle.dumps(feeder.state_dict()))
+            saved = feeder.state_dict() if whose == "feeder" else pipe.state_dict()
+            state = pickle.loads(pickle.dumps(saved))
     with feedq.Pipeline(state=state) as pipe:
         stage = rs.build(pipe, data, "exact", 1)
         with DeviceFeeder(stage, prefetch=4) as feeder:
@@ -151,6 +155,18 @@ def _cuda() -> bool:
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def test_two_feeders_on_the_pipeline_output_refuse_a_pipeline_state() -> None:
+    """Which feeder's consumer defines the state is ambiguous: refused, by name."""
+    with feedq.Pipeline(resumable=True) as pipe:
+        rows = feedq.slice_input_producer([np.arange(100)], num_epochs=1, seed=1)
+        stage = feedq.batch(rows, 10)
+        with DeviceFeeder(stage, prefetch=1), DeviceFeeder(stage, prefetch=1):
+            with pytest.raises(feedq.errors.InvalidArgumentError,
+                               match=r"^2 device feeders read this pipeline's output; save each "
+                                     r"feeder's state_dict\(\) instead of the pipeline's$"):
+                pipe.state_dict()
 
 
 @pytest.mark.gpu
