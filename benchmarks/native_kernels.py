@@ -55,7 +55,6 @@ from feedq.readers import (
     VarLenFeature,
     parse_example,
 )
-from feedq.readers._crc import crc32c_function, mask_crc_array
 from feedq.readers._example_pb import example_class
 
 BLOCK = 4 << 20
@@ -204,6 +203,22 @@ def _crc_table() -> np.ndarray:
 
 
 _CRC_TABLE = _crc_table()
+
+
+def mask_crc_array(crcs: np.ndarray) -> np.ndarray:
+    """TFRecord's CRC mask over an array of raw CRC32C values (the old Python path's)."""
+    c = crcs.astype(np.uint32, copy=False)
+    return ((c >> np.uint32(15)) | (c << np.uint32(17))) + np.uint32(0xA282EAD8)
+
+
+def crc32c_function() -> Any:
+    """The old Python path's per-record CRC32C: the ``crc32c`` package (the
+    test extra), else the native core's."""
+    try:
+        import crc32c
+    except ImportError:
+        return nat.crc32c
+    return crc32c.crc32c
 
 
 def _masked_crc8(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
