@@ -118,7 +118,7 @@ class Registry:
                     "feeder's state_dict() instead of the pipeline's")
             if readers:
                 upto = readers[0]()
-        state: dict[str, Any] = output.state_dict(upto) if upto is not None else output.state_dict()
+        state: dict[str, Any] = output.state_dict(upto)
         return state
 
     def load_state_dict(self, output: Any, state: dict[str, Any]) -> None:
