@@ -15,6 +15,8 @@ catch the built-in::
     ├── InvalidArgumentError           (also ValueError) an argument or
     │                                  element that does not fit
     ├── NotFoundError                  (also FileNotFoundError) missing file
+    ├── PermissionDeniedError          (also PermissionError) a file or object
+    │                                  the caller may not read or write
     ├── DataLossError                  corrupt or truncated record
     ├── UnavailableError               a remote task cannot be reached
     ├── AbortedError                   an operation aborted by a concurrent one
@@ -42,6 +44,7 @@ __all__ = [
     "MissingExtraError",
     "NotFoundError",
     "OutOfRangeError",
+    "PermissionDeniedError",
     "UnavailableError",
     "UnimplementedError",
 ]
@@ -97,13 +100,20 @@ class NotFoundError(FeedqError, FileNotFoundError):
     """A file (or a named resource) does not exist."""
 
 
+class PermissionDeniedError(FeedqError, PermissionError):
+    """The caller may not read (or write) a file or object: a local file
+    without read permission, or an object store answering "access denied".
+    The message names the file or URL, never a credential."""
+
+
 class DataLossError(FeedqError):
     """Unrecoverable data corruption: a bad checksum, a truncated record, a
     file shorter than its header. The message names the file and offset."""
 
 
 class UnavailableError(FeedqError):
-    """A remote task (a cluster server) cannot be reached or has died."""
+    """A remote task (a cluster server) or an object store cannot be reached
+    or has died (after the retries its time budget allowed)."""
 
 
 class AbortedError(FeedqError):

@@ -21,6 +21,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from feedq import storage
 from feedq._core import scope as _scope
 from feedq._resume.producer import ProducerPart
 from feedq._resume.state import restore_producer
@@ -253,7 +254,10 @@ class _MatchedFiles(Sequence[str]):
             if self._matched is None:
                 found: list[str] = []
                 for pattern in self._patterns:
-                    found.extend(glob.glob(pattern))
+                    if storage.is_remote(pattern):
+                        found.extend(storage.glob(pattern))  # a store's listing, paged
+                    else:
+                        found.extend(glob.glob(storage.local_path(pattern)))
                 self._matched = sorted(found)
             matched = self._matched
         if not matched:
@@ -291,7 +295,8 @@ def match_filenames_once(pattern: Any, name: str | None = None) -> Sequence[str]
     :func:`string_input_producer`.
 
     Args:
-        pattern: a glob pattern (``*``, ``?``, ``[...]``), or a list of them
+        pattern: a glob pattern (``*``, ``?``, ``[...]``), or a list of them;
+            a URL pattern (``s3://bucket/train/*.tfrecord``) lists the store
             (their matches are sorted together).
         name: a name for the result.
 

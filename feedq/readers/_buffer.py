@@ -7,9 +7,15 @@ that the record readers parse, keeping every byte read before an error.
 
 from __future__ import annotations
 
-from feedq.errors import DataLossError, NotFoundError
+from feedq.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from feedq.readers._io import ByteStream, Waiter, open_stream
-from feedq.readers._skip import _data_loss, _not_found
+from feedq.readers._skip import _data_loss, _not_found, _open_failed
 
 
 def _open_stream_at(
@@ -29,6 +35,8 @@ def _open_stream_at(
         raise _not_found(exc) from None
     except DataLossError as exc:
         raise _data_loss(exc, offset) from None
+    except (PermissionDeniedError, UnavailableError, InvalidArgumentError) as exc:
+        raise _open_failed(exc) from None
     return stream
 
 

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from feedq.errors import DataLossError, NotFoundError
+from feedq.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase, logger
 from feedq.readers._block import RecordBlock, _empty_block
 from feedq.readers._buffer import _Buffer
 from feedq.readers._io import INTERRUPTS, normalize_compression, open_stream
-from feedq.readers._skip import _data_loss, _not_found
+from feedq.readers._skip import _data_loss, _not_found, _open_failed
 
 __all__ = ["FixedLengthRecordReader"]
 
@@ -98,6 +104,8 @@ class FixedLengthRecordReader(ReaderBase):
             raise _not_found(exc) from None
         except DataLossError as exc:
             raise _data_loss(exc, None) from None
+        except (PermissionDeniedError, UnavailableError, InvalidArgumentError) as exc:
+            raise _open_failed(exc) from None
         if index and stream.streaming:
             raise _data_loss(
                 DataLossError(f"{stream.name}: a pipe cannot be reopened at record {index}"), None

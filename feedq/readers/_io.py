@@ -20,6 +20,12 @@ in ``open``) and read after ``poll`` says it is readable, in bounded slices
 that check the reader's :class:`Waiter` -- the deadline of the call in
 progress and the reader's ``close()`` -- so no read of a pipe outlasts the
 caller's timeout or a close.
+
+A URL of a store (``s3://``, ``gs://``, ...: :mod:`feedq.storage`) is read
+through a :class:`feedq.storage.RemoteFile`: range requests ahead of the
+reader, retried below decompression, so everything above the raw bytes --
+decompression, framing, the native core -- is the same as for a local
+file. ``file://`` URLs and plain paths are local files.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from feedq.readers._inflate import (
     zstd_module,
 )
 from feedq.readers._pipes import INTERRUPTS, Waiter, _open_nonblocking, _PollFile
+from feedq.storage import RemoteFile, is_remote, local_path, open_remote
 
 __all__ = [
     "INTERRUPTS",
@@ -85,8 +92,11 @@ def normalize_compression(compression: str | int | None) -> str:
 
 
 def path_of(work_unit: bytes | str) -> str:
-    """The filesystem path of a work unit (bytes are decoded with ``os.fsdecode``)."""
-    return os.fsdecode(work_unit)
+    """The filesystem path of a work unit (bytes are decoded with ``os.fsdecode``;
+    ``file://`` URLs become paths; other URLs stay as they are)."""
+    if is_remote(work_unit):
+        return os.fsdecode(work_unit)
+    return local_path(work_unit)
 
 
 class _Prefetcher:
@@ -228,7 +238,7 @@ class ByteStream:
         self._fd = -1
         if compression == "":
             self.size = size
-            if size is not None and not streaming:
+            if size is not None and not streaming and not isinstance(raw, RemoteFile):
                 self._fd = raw.fileno()
         else:
             if compression == "ZSTD":
@@ -319,9 +329,15 @@ class ByteStream:
         while want > 0:
             if self._inflater is None:
                 # A pipe or device: as much as comes, up to n, until its end.
+                # (A remote object: n bytes, fewer only at its end or before an error.)
                 try:
                     chunk = self._raw.read(want)
                 except INTERRUPTS:
+                    if not parts:
+                        raise
+                    break
+                except DataLossError as exc:  # a remote read past its retry budget
+                    self._error = exc
                     if not parts:
                         raise
                     break
@@ -430,10 +446,23 @@ def open_stream(
     blocking and read in waits bounded by ``waiter`` (a fresh one, with no
     deadline, when None).
 
+    A URL of a store is opened with :func:`feedq.storage.open_remote` (one
+    metadata request) and read ahead in range requests.
+
     Raises:
         NotFoundError: the file does not exist ("<path>; No such file or directory", R8).
         DataLossError: the file cannot be read (a directory, no permission).
+        PermissionDeniedError: a store refused to serve a URL.
+        UnavailableError: a store could not be reached within the retry budget.
+        InvalidArgumentError: a URL with credentials in it.
     """
+    if is_remote(work_unit):
+        remote = open_remote(work_unit)
+        try:
+            return ByteStream(remote.name, remote, compression, size=remote.size)
+        except BaseException:
+            remote.close()
+            raise
     name = path_of(work_unit)
     try:
         raw = open(name, "rb", opener=_open_nonblocking)  # noqa: SIM115 - closed by ByteStream

@@ -12,10 +12,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from feedq.errors import DataLossError
+from feedq.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from feedq.readers._base import DEFAULT_BLOCK_BYTES, FilenameQueue, OnError, ReaderBase
 from feedq.readers._io import path_of
 from feedq.readers._skip import _SkipFile
+from feedq.storage import RandomAccess, is_remote
 
 __all__ = ["ColumnBlock", "ParquetReader"]
 
@@ -145,9 +152,10 @@ class ParquetReader(ReaderBase):
     def _open_at(self, work_unit: bytes, row: int) -> None:
         import pyarrow.parquet as pq
 
-        from feedq.errors import NotFoundError
-
         name = path_of(work_unit)
+        if is_remote(name):
+            self._open_remote(name, row)
+            return
         try:
             st = os.stat(name)
         except FileNotFoundError:
@@ -168,6 +176,30 @@ class ParquetReader(ReaderBase):
             # A corrupt footer: pyarrow raises its own errors, or (a column
             # name that is not UTF-8) a UnicodeDecodeError of its own.
             raise _SkipFile(DataLossError(f"{name}: not a readable Parquet file: {exc}"), 0) from None
+        self._use(pf, name, row)
+
+    def _open_remote(self, name: str, row: int) -> None:
+        # A seekable file over range requests, each retried (feedq.storage);
+        # pyarrow never sees the URL, so it cannot decompress by extension.
+        import pyarrow.parquet as pq
+
+        try:
+            source = RandomAccess(name)
+        except NotFoundError as exc:
+            raise _SkipFile(exc, None) from None
+        except (PermissionDeniedError, UnavailableError, InvalidArgumentError) as exc:
+            raise _SkipFile(exc, None) from None
+        try:
+            pf = pq.ParquetFile(source)
+        except DataLossError as exc:
+            source.close()
+            raise _SkipFile(exc, 0) from None
+        except _CORRUPT as exc:
+            source.close()
+            raise _SkipFile(DataLossError(f"{name}: not a readable Parquet file: {exc}"), 0) from None
+        self._use(pf, name, row)
+
+    def _use(self, pf: Any, name: str, row: int) -> None:
         try:
             md = pf.metadata
             group_rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
@@ -205,7 +237,7 @@ class ParquetReader(ReaderBase):
         try:
             table = self._pf.read_row_group(g, columns=self.columns)
             table.validate(full=True)
-        except _CORRUPT as exc:
+        except (DataLossError, *_CORRUPT) as exc:
             name = path_of(self._work_unit or b"")
             raise _SkipFile(
                 DataLossError(

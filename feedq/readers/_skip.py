@@ -24,5 +24,10 @@ def _not_found(err: NotFoundError) -> _SkipFile:
     return _SkipFile(err, None)
 
 
+def _open_failed(err: FeedqError) -> _SkipFile:
+    """An open refused or unreachable (PermissionDenied, Unavailable, InvalidArgument)."""
+    return _SkipFile(err, None)
+
+
 def _data_loss(err: DataLossError, offset: int | None, resume: int | None = None) -> _SkipFile:
     return _SkipFile(err, offset, resume)

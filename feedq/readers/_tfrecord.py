@@ -30,6 +30,7 @@ from feedq.readers._block import RecordBlock, _empty_block
 from feedq.readers._buffer import _Buffer, _open_stream_at
 from feedq.readers._io import normalize_compression, zstd_module
 from feedq.readers._skip import _data_loss, _SkipFile
+from feedq.storage import is_remote, local_path, open_output
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -287,7 +288,8 @@ class TFRecordWriter:
     checksum.
 
     Args:
-        path: the file to create (truncated if it exists).
+        path: the file to create (truncated if it exists), or a URL of a
+            store (``s3://bucket/key``: the object appears on ``close()``).
         options: :class:`TFRecordOptions` or a compression name.
 
     Raises:
@@ -310,8 +312,13 @@ class TFRecordWriter:
             level = -1 if opts.compression_level is None else int(opts.compression_level)
             wbits = 31 if self.compression == "GZIP" else 15
             self._comp = zlib.compressobj(level, zlib.DEFLATED, wbits)
+        if is_remote(self.path):
+            # An object in a store (feedq.storage): uploaded as written, visible once closed.
+            self._file = open_output(self.path)
+            self._closed = False
+            return
         try:
-            self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+            self._file = open(local_path(self.path), "wb")  # noqa: SIM115 - closed in close()
         except FileNotFoundError:
             raise NotFoundError(f"{self.path}; No such file or directory") from None
         self._closed = False

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from feedq.errors import DataLossError, NotFoundError
+from feedq.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from feedq.readers._base import OnError, ReaderBase
 from feedq.readers._block import RecordBlock, _empty_block
 from feedq.readers._io import open_stream
-from feedq.readers._skip import _data_loss, _not_found
+from feedq.readers._skip import _data_loss, _not_found, _open_failed
 
 __all__ = ["WholeFileReader"]
 
@@ -43,6 +49,8 @@ class WholeFileReader(ReaderBase):
             raise _not_found(exc) from None
         except DataLossError as exc:
             raise _data_loss(exc, None) from None
+        except (PermissionDeniedError, UnavailableError, InvalidArgumentError) as exc:
+            raise _open_failed(exc) from None
         self._done = False
         self._parts = []
 

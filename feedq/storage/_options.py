@@ -1,0 +1,107 @@
+"""Read-ahead and retry settings, and the process-wide counters of remote reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+__all__ = ["StorageOptions", "configure", "options", "reset_statistics", "statistics"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageOptions:
+    """How remote files are read.
+
+    Attributes:
+        block_bytes: bytes per range request (default 8 MiB).
+        read_ahead: range requests in flight or buffered per open file
+            (default 4). Memory per open remote file is at most
+            ``read_ahead * block_bytes`` (32 MiB by default) plus the block
+            being consumed.
+        retry_budget_s: how long a failing request is retried (with jittered
+            exponential backoff) before the read fails, counted from its
+            first failure (default 30 s).
+        backoff_initial_s: the first backoff's upper bound (default 0.05 s).
+        backoff_max_s: the longest backoff (default 2 s).
+        request_timeout_s: the S3 client's connect and request timeouts
+            (default 20 s); a request that hangs past it is a transient failure.
+    """
+
+    block_bytes: int = 8 << 20
+    read_ahead: int = 4
+    retry_budget_s: float = 30.0
+    backoff_initial_s: float = 0.05
+    backoff_max_s: float = 2.0
+    request_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.block_bytes < 1 or self.read_ahead < 1:
+            raise ValueError(
+                f"block_bytes and read_ahead must be >= 1, got {self.block_bytes}, {self.read_ahead}"
+            )
+        if self.retry_budget_s < 0 or self.backoff_initial_s < 0 or self.backoff_max_s < 0:
+            raise ValueError("retry_budget_s and the backoffs must be >= 0")
+        if self.request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+
+
+_lock = threading.Lock()
+_options = StorageOptions()  # guarded by _lock
+
+
+def options() -> StorageOptions:
+    """The settings in force (:func:`configure` changes them)."""
+    with _lock:
+        return _options
+
+
+def configure(**changes: Any) -> StorageOptions:
+    """Change the settings for files opened from now on; returns the old ones.
+
+    ``configure(read_ahead=8, block_bytes=4 << 20)``; pass the returned
+    object's fields back (``configure(**dataclasses.asdict(old))``) to restore.
+
+    Raises:
+        TypeError: an unknown setting.
+        ValueError: a value out of range.
+    """
+    global _options
+    with _lock:
+        old = _options
+        _options = dataclasses.replace(old, **changes)
+        return old
+
+
+_COUNTERS = ("files_opened", "requests", "bytes", "retries", "throttled", "wait_s", "failures")
+_stats_lock = threading.Lock()
+_stats: dict[str, float] = dict.fromkeys(_COUNTERS, 0)  # guarded by _stats_lock
+
+
+def count(**amounts: float) -> None:
+    """Add to the counters (internal)."""
+    with _stats_lock:
+        for key, value in amounts.items():
+            _stats[key] += value
+
+
+def statistics() -> dict[str, float]:
+    """This process's remote reads since it started (or :func:`reset_statistics`).
+
+    Keys: ``files_opened``; ``requests`` (range and metadata requests sent,
+    retries included); ``bytes`` (bytes received); ``retries`` (requests
+    repeated after a transient failure); ``throttled`` (failures the store
+    called throttling, which lower the requests in flight); ``wait_s``
+    (seconds readers waited for the store: blocks not yet arrived); and
+    ``failures`` (reads that failed after their retry budget). No URL and no
+    credential is recorded.
+    """
+    with _stats_lock:
+        return dict(_stats)
+
+
+def reset_statistics() -> None:
+    """Zero the counters."""
+    with _stats_lock:
+        for key in _COUNTERS:
+            _stats[key] = 0
