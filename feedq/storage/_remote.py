@@ -37,33 +37,49 @@ from feedq.storage._filesystems import Location, resolve, retrying
 from feedq.storage._options import count, options
 
 _POOL_THREADS = 32
+_IDLE_S = 0.5
 
 
 class _Pool:
-    """Daemon threads running fetches (daemon: interpreter exit never waits on a store)."""
+    """Daemon threads running fetches (daemon: interpreter exit never waits
+    on a store); a thread idle for ``_IDLE_S`` ends, so none outlives its work long."""
 
     def __init__(self, n: int) -> None:
         self._n = n
         self._work: queue.SimpleQueue[tuple[Future[bytes], Callable[[], bytes]]] = (
             queue.SimpleQueue()
         )
-        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._threads = 0  # guarded by self._lock
+        self._idle = 0  # guarded by self._lock
+        self._made = 0  # guarded by self._lock; names the threads
 
     def submit(self, fn: Callable[[], bytes]) -> Future[bytes]:
         fut: Future[bytes] = Future()
-        self._work.put((fut, fn))
         with self._lock:
-            if len(self._threads) < self._n:
-                t = threading.Thread(target=self._run, name=f"feedq-storage-{len(self._threads)}",
-                                     daemon=True)
-                self._threads.append(t)
-                t.start()
+            self._work.put((fut, fn))
+            if self._idle == 0 and self._threads < self._n:
+                self._threads += 1
+                self._made += 1
+                threading.Thread(target=self._run, name=f"feedq-storage-{self._made}",
+                                 daemon=True).start()
         return fut
 
     def _run(self) -> None:
         while True:
-            fut, fn = self._work.get()
+            with self._lock:
+                self._idle += 1
+            try:
+                fut, fn = self._work.get(timeout=_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    self._idle -= 1
+                    if self._work.empty():
+                        self._threads -= 1
+                        return
+                continue
+            with self._lock:
+                self._idle -= 1
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
