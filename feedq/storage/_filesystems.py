@@ -200,10 +200,11 @@ _NOT_FOUND = re.compile(r"no_?such_?(key|bucket)|\b404\b|not found|does not exis
 _DENIED = re.compile(
     r"access_?denied|\b403\b|forbidden|invalid_?access_?key|signature_?does_?not_?match"
     r"|permission denied|unauthori[sz]ed|\b401\b", re.I)
+# S3 answers 503 (SlowDown, or SERVICE_UNAVAILABLE when the SDK reads no body) to mean "slower".
 _THROTTLED = re.compile(r"slow_?down|throttl|reduce your request rate|too many requests|\b429\b"
-                        r"|\b503\b", re.I)
+                        r"|\b503\b|service_?unavailable", re.I)
 _TRANSIENT = re.compile(
-    r"\b50[0-4]\b|internal_?error|service_?unavailable|network_?connection|curl ?code"
+    r"\b50[0-4]\b|internal_?error|network_?connection|curl ?code"
     r"|connection (reset|refused|aborted|closed)|timed? ?out|timeout|broken pipe|partial"
     r"|unexpected eof|end of (file|stream)|reset by peer|request_?time_?too_?skewed", re.I)
 

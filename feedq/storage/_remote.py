@@ -37,7 +37,7 @@ from feedq.storage._filesystems import Location, resolve, retrying
 from feedq.storage._options import count, options
 
 _POOL_THREADS = 32
-_IDLE_S = 0.5
+_IDLE_S = 0.2
 
 
 class _Pool:
