@@ -8,7 +8,7 @@ parts (torch, cupy, ray, tensorflow) load on first use.
 
 from __future__ import annotations
 
-from feedq import devices, errors, process, readers
+from feedq import devices, errors, process, readers, storage
 from feedq._core.timeouts import get_default_timeout, set_default_timeout
 from feedq.coordinator import Coordinator, LooperThread
 from feedq.devices import (
@@ -156,6 +156,7 @@ __all__ = [
     "shuffle_batch_join",
     "slice_input_producer",
     "start_queue_runners",
+    "storage",
     "string_input_producer",
     "to_cupy",
     "to_torch",

@@ -135,6 +135,7 @@ _EXTRAS = {
     "tensorflow": "tf",
     "ray": "ray",
     "zstandard": "zstd",
+    "fsspec": "fsspec",
 }
 
 

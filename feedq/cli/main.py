@@ -20,7 +20,7 @@ from typing import Any, cast
 import click
 import numpy as np
 
-from feedq import __version__, _native
+from feedq import __version__, _native, storage
 from feedq.cli._cluster import cluster
 from feedq.cli._formats import FORMATS, detect_format, is_stream
 from feedq.cli._schema import DEFAULT_SAMPLE, OnError
@@ -88,7 +88,8 @@ Examples:
 @click.option("--force", is_flag=True, help="Replace existing files of the same names.")
 def make_data(out: str, fmt: str, layout: str, records: int, files: int, compression: str, seed: int,
               force: bool) -> None:
-    """Write a synthetic dataset into the folder OUT.
+    """Write a synthetic dataset into the folder OUT (or a store's prefix:
+    s3://bucket/prefix, uploaded once written).
 
     basic layouts: csv: 8 floats + int label; tfrecord: Example {x: 32
     floats, label: int64}; fixed: 132-byte records (32 float32 + int32);
@@ -103,6 +104,11 @@ def make_data(out: str, fmt: str, layout: str, records: int, files: int, compres
         if comp and fmt == "parquet":
             comp = "snappy" if comp == "GZIP" else comp
         t0 = time.perf_counter()
+        if storage.is_remote(out):
+            size, count = _make_remote(out, fmt, records, files, comp, seed, layout, force)
+            click.echo(f"wrote {records:,} {fmt} records ({layout}) in {count} files, {size / 1e6:,.1f} MB, "
+                       f"to {out} ({time.perf_counter() - t0:.1f} s)")
+            return
         try:
             paths = make_dataset(out, fmt, records, files=files, compression=comp, seed=seed, layout=layout,
                                  overwrite=force)
@@ -113,6 +119,29 @@ def make_data(out: str, fmt: str, layout: str, records: int, files: int, compres
                    f"to {out} ({time.perf_counter() - t0:.1f} s)")
 
     guard(body, reads_data=True)
+
+
+def _make_remote(out: str, fmt: str, records: int, files: int, comp: str | None, seed: int,
+                 layout: str, force: bool) -> tuple[int, int]:
+    """make-data into a store: the files are made in a temporary folder, then
+    uploaded (each object appears whole when its upload completes)."""
+    with tempfile.TemporaryDirectory(prefix="feedq-make-data-") as tmp:
+        paths = make_dataset(os.path.join(tmp, "out"), fmt, records, files=files, compression=comp,
+                             seed=seed, layout=layout)
+        targets = [f"{out.rstrip('/')}/{os.path.basename(p)}" for p in paths]
+        if not force:
+            existing = [t for t in targets if storage.exists(t)]
+            if existing:
+                fail(f"{existing[0]} exists ({len(existing)} of the objects); pass --force to overwrite")
+        size = 0
+        for path, target in zip(paths, targets):
+            sink = storage.open_output(target)
+            with open(path, "rb") as src:
+                while chunk := src.read(8 << 20):
+                    sink.write(chunk)
+                    size += len(chunk)
+            sink.close()
+    return size, len(paths)
 
 
 # -- inspect -------------------------------------------------------------------------------
@@ -408,7 +437,10 @@ def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, rea
 def _expand(paths: list[str]) -> list[str]:
     files: list[str] = []
     for p in paths:
-        path = Path(p)
+        if storage.is_remote(p):
+            files.extend(_expand_url(p))
+            continue
+        path = Path(storage.local_path(p))
         if path.is_dir():
             found = sorted(str(x) for x in path.iterdir() if x.is_file() and not x.name.startswith("."))
             if not found:
@@ -421,6 +453,22 @@ def _expand(paths: list[str]) -> list[str]:
 
             raise NotFoundError(f"{p}; No such file or directory")
     return files
+
+
+def _expand_url(url: str) -> list[str]:
+    """A store's URL: a glob, an object, or a prefix (a "folder": the objects right under it)."""
+    from feedq.errors import NotFoundError
+
+    if any(c in url.split("://", 1)[1] for c in "*?["):
+        found = storage.glob(url)
+    elif storage.exists(url):
+        return [url]
+    else:
+        found = [u for u in storage.glob(url.rstrip("/") + "/*")
+                 if not u.rsplit("/", 1)[1].startswith(".")]
+    if not found:
+        raise NotFoundError(f"{url}; No such file or directory (no object matches)")
+    return found
 
 
 def _check_device(device: str | None) -> None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import atexit
 
-from feedq.storage._filesystems import Location, register_filesystem, resolve, stopping
+from feedq.storage._filesystems import Location, register_filesystem, resolve
+from feedq.storage._filesystems import stopping as _stopping
 from feedq.storage._listing import exists, glob, open_output, size_of
 from feedq.storage._options import (
     StorageOptions,
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 # At exit, waits between retries end at once (a request in flight ends by its timeout).
-atexit.register(stopping.set)
+atexit.register(_stopping.set)
 
 for _name in __all__:
     _obj = globals()[_name]
