@@ -367,6 +367,11 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
                                 min_after_dequeue=min_after_dequeue, epochs=epochs,
                                 duration=duration, max_records=max_records, on_error=policy,
                                 device=device, block_records=block_records, direct=direct)
+        remote = any(storage.is_remote(p) for p in files)
+        if compare and remote:
+            raise click.UsageError("--compare reads local files only (the tf.data and DataLoader "
+                                   "loaders it runs beside feedq do not read URLs)")
+        storage.reset_statistics()
         rows: list[Any] = []
         if compare:
             buffer = min_after_dequeue + batch_size if shuffle else 0
@@ -379,6 +384,9 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
             if show is not None:
                 show.finish()
         out = result.as_dict()
+        store = storage.statistics() if remote else None
+        if store is not None:
+            out["storage"] = store
         if compare:
             out["compare"] = [r.as_dict() for r in rows]
         if as_json:
@@ -386,6 +394,8 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
         else:
             _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
             _print_stages(result)
+            if store is not None:
+                click.echo(_store_line(store, result.seconds, readers * threads))
             if compare:
                 from feedq.cli._compare import render, what_they_do
 
@@ -453,6 +463,17 @@ def _expand(paths: list[str]) -> list[str]:
 
             raise NotFoundError(f"{p}; No such file or directory")
     return files
+
+
+def _store_line(store: dict[str, float], seconds: float, threads: int) -> str:
+    """The store's part of a bench run: requests, bytes, retries, waiting."""
+    share = store["wait_s"] / (seconds * threads) if seconds > 0 and threads else 0.0
+    line = (f"store: {int(store['requests']):,} requests, {store['bytes'] / 1e6:,.1f} MB, "
+            f"{int(store['retries'])} retries ({int(store['throttled'])} throttled), readers waited "
+            f"{store['wait_s']:.2f} s on it ({share:.0%} of their time)")
+    if share >= 0.5:
+        line += ": limited by the store (more --readers, or larger read-ahead: docs/storage.md)"
+    return line
 
 
 def _expand_url(url: str) -> list[str]:

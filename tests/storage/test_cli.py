@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,12 @@ def test_make_data_bench_and_inspect_on_a_bucket(tmp_path: Path, s3: Bucket) -> 
         result = json.loads(bench.stdout)
         assert result["files"] == 3 and result["records"] == 3000
         assert result["stopped_by"] == "end of data" and result["skipped_errors"] == 0
+        store = result["storage"]  # the remote reads of this run
+        assert store["files_opened"] >= 3 and store["requests"] >= 6 and store["retries"] == 0
+        assert store["bytes"] >= sum(p.stat().st_size for p in local)
+    table = here("bench", s3.url("sets/tf"), "--batch-size", "100", "--no-progress")
+    assert table.exit_code == 0 and re.search(r"store: \d+ requests, [\d.]+ MB, 0 retries",
+                                              table.stdout), table.output
 
     remote = inspect_file(s3.url(f"sets/tf/{local[0].name}"), "tfrecord", "GZIP", record_bytes=None,
                           sample=500, head=2, on_error="raise")
@@ -68,5 +75,7 @@ def test_make_data_bench_and_inspect_on_a_bucket(tmp_path: Path, s3: Bucket) -> 
     shown = here("inspect", s3.url(f"sets/tf/{local[0].name}"), "--json")  # format detected
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.stdout)["schema"] == ours["schema"]
+    cmp = here("bench", s3.url("sets/tf"), "--compare")
+    assert cmp.exit_code != 0 and "--compare reads local files only" in cmp.output
     gone = here("bench", s3.url("sets/none/"), "--json")
     assert gone.exit_code != 0 and s3.url("sets/none/") in gone.stderr

@@ -1,0 +1,276 @@
+"""Reading from an object store: the loopback S3 server with 0, 20 and 50 ms
+of injected round-trip latency, beside the same files on local disk and the
+server's own ceiling, all in the same run.
+
+Data: ``feedq make-data --layout realistic`` sets -- TFRecord Examples
+{ids: 0-20 int64, label, tag, x: 32 floats} of varying length, the same
+GZIP-compressed, and CSV with fields of varying widths -- uploaded to a
+moto S3 server on 127.0.0.1. The store is reached through the fault proxy
+of the tests (tests/storage/faults.py), which delays every answer by the
+latency of the row.
+
+Systems, one round running each once, rounds interleaved, medians reported:
+
+* local: ``string_input_producer`` -> ``--readers`` reader threads, each
+  ``read_block(4096)`` and a decode call (``parse_example`` of label and
+  x[32] / ``decode_csv``) -> ``batch_join(256)`` -> a loop counting records;
+* s3 +N ms: the same pipeline over ``s3://`` URLs through the proxy;
+* ceiling +N ms: a bare parallel range-GET loop (pyarrow's S3 client,
+  ``--readers`` x read-ahead requests of one block in flight) fetching the
+  same bytes through the same proxy, in records/s of the set: what the
+  server, the proxy and the link give when nothing is decoded.
+
+Also: time to the first batch (s3 +50 ms) and the peak bytes held by the
+read-ahead of one open file (blocks fetched, not yet consumed) beside the
+documented bound, ``(read_ahead + 1) * block_bytes``.
+
+Usage::
+
+    python benchmarks/remote.py                  # 400k records per set, 3 rounds
+    python benchmarks/remote.py --quick          # 100k records, 3 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import feedq
+import feedq.storage as storage
+from benchmarks._util import header, table
+from feedq.cli.datasets import make_dataset
+from feedq.readers import (
+    FixedLenFeature,
+    TextLineReader,
+    TFRecordReader,
+    decode_csv,
+    parse_example,
+)
+from feedq.storage import _filesystems, _remote
+from tests.storage.faults import FaultProxy
+
+SETS = {
+    "tfrecord": ("tfrecord", None),
+    "gzip": ("tfrecord", "GZIP"),
+    "csv": ("csv", None),
+}
+LATENCIES = (0.0, 0.020, 0.050)
+
+
+def decoder(kind: str) -> Callable[[Any], int]:
+    if kind == "csv":
+        defaults = [[0]] + [[0.0]] * 8 + [[0]]
+
+        def dec_csv(block: Any) -> int:
+            cols = decode_csv(block, record_defaults=defaults)
+            return len(cols[0])
+        return dec_csv
+    feats = {"label": FixedLenFeature([], "int64"), "x": FixedLenFeature([32], "float32")}
+
+    def dec_tf(block: Any) -> int:
+        return len(parse_example(block, feats)["label"])
+    return dec_tf
+
+
+def run_pipeline(files: list[str], kind: str, compression: str | None, readers: int,
+                 first: list[float] | None = None) -> float:
+    """Records per second through the reader pipeline; ``first``: seconds to the first batch."""
+    dec = decoder(kind)
+    rs: list[Any] = [TextLineReader(skip_header_lines=1, compression=compression) if kind == "csv"
+                     else TFRecordReader(options=compression) for _ in range(readers)]
+    n = 0
+    t0 = time.perf_counter()
+    with feedq.Pipeline() as pipe:
+        q = feedq.string_input_producer(files, num_epochs=1, shuffle=False)
+
+        def read(r: Any) -> list[Any]:
+            block = r.read_block(q, 4096)
+            dec(block)
+            return [block.values()]
+
+        feedq.batch_join([lambda r=r: read(r) for r in rs], 256, capacity=4096, enqueue_many=True,
+                         dtypes=[feedq.STRING], shapes=[[]], allow_smaller_final_batch=True)
+        for b in pipe:
+            if first is not None and n == 0:
+                first.append(time.perf_counter() - t0)
+            n += len(b)
+    dt = time.perf_counter() - t0
+    for r in rs:
+        r.close()
+    return n / dt
+
+
+def run_ceiling(urls: list[str], readers: int, depth: int, block: int) -> float:
+    """Bytes per second of bare range GETs, ``readers * depth`` in flight."""
+    import pyarrow.fs as pafs
+
+    loc = storage.resolve(urls[0])
+    fs = loc.fs
+    ranges: list[tuple[str, int, int]] = []
+    for u in urls:
+        path = storage.resolve(u).path
+        size = fs.get_file_info(path).size
+        ranges += [(path, off, min(block, size - off)) for off in range(0, size, block)]
+    lock = threading.Lock()
+    it = iter(ranges)
+    total = [0]
+
+    def work() -> None:
+        handles: dict[str, Any] = {}
+        while True:
+            with lock:
+                item = next(it, None)
+            if item is None:
+                return
+            path, off, n = item
+            h = handles.get(path) or handles.setdefault(path, fs.open_input_file(path))
+            data = h.read_at(n, off)
+            with lock:
+                total[0] += len(data)
+
+    assert isinstance(fs, pafs.FileSystem)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=work) for _ in range(readers * depth)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return total[0] / (time.perf_counter() - t0)
+
+
+class PeakHeld:
+    """The most bytes any one open remote file held ahead of its reader."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._files: list[Any] = []
+        orig = _remote.RemoteFile.__init__
+        files = self._files
+
+        def init(rf: Any, *a: Any, **kw: Any) -> None:
+            orig(rf, *a, **kw)
+            files.append(rf)
+        self._orig = orig
+        _remote.RemoteFile.__init__ = init  # type: ignore[method-assign]
+        self._t = threading.Thread(target=self._watch, daemon=True)
+        self._t.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.002):
+            for rf in list(self._files):
+                held = len(rf._cur) + sum(
+                    len(f.result()) for _, f in list(rf._ahead) if f.done() and not f.exception())
+                self.peak = max(self.peak, held)
+            self._files[:] = [f for f in self._files if not f.closed]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+        _remote.RemoteFile.__init__ = self._orig  # type: ignore[method-assign]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=400_000)
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--readers", type=int, default=4)
+    ap.add_argument("--block-mib", type=float, default=2.0,
+                    help="read-ahead block (MiB); the default 8 MiB exceeds these small files")
+    ap.add_argument("--read-ahead", type=int, default=4)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default=",".join(SETS))
+    args = ap.parse_args()
+    if args.quick:
+        args.records = 100_000
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+    header("benchmarks/remote.py: reading from a loopback S3 server vs local disk")
+    block = int(args.block_mib * (1 << 20))
+    storage.configure(block_bytes=block, read_ahead=args.read_ahead)
+    print(f"# {args.records:,} records per set in {args.files} files; {args.readers} readers; "
+          f"read-ahead {args.read_ahead} x {block / (1 << 20):g} MiB per open file; "
+          f"{args.rounds} rounds")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                      AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+    proxy = FaultProxy((host, port))
+    os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
+    client.create_bucket(Bucket="bench")
+    rows = []
+    notes = []
+    with tempfile.TemporaryDirectory(prefix="feedq-remote-bench-") as tmp:
+        for name in args.only.split(","):
+            fmt, comp = SETS[name]
+            paths = make_dataset(os.path.join(tmp, name), fmt, args.records, files=args.files,
+                                 compression=comp, seed=1, layout="realistic")
+            urls = []
+            for p in paths:
+                key = f"{name}/{os.path.basename(p)}"
+                client.upload_file(p, "bench", key)
+                urls.append(f"s3://bench/{key}")
+            size = sum(os.path.getsize(p) for p in paths)
+            per_rec = size / args.records
+            kind = "csv" if fmt == "csv" else "tf"
+            res: dict[str, list[float]] = {}
+            firsts: list[float] = []
+            peak = PeakHeld()
+            for _ in range(args.rounds):
+                res.setdefault("local", []).append(run_pipeline(paths, kind, comp, args.readers))
+                for lat in LATENCIES:
+                    proxy.latency = lat
+                    ms = int(lat * 1000)
+                    storage.reset_statistics()
+                    res.setdefault(f"s3 +{ms} ms", []).append(
+                        run_pipeline(urls, kind, comp, args.readers,
+                                     firsts if ms == 50 else None))
+                    st = storage.statistics()
+                    res.setdefault(f"wait {ms}", []).append(st["wait_s"])
+                    res.setdefault(f"ceiling +{ms} ms", []).append(
+                        run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
+                proxy.latency = 0.0
+            peak.stop()
+            with _filesystems._lock:
+                _filesystems._clients.clear()
+            local = statistics.median(res["local"])
+            rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", ""])
+            for lat in LATENCIES:
+                ms = int(lat * 1000)
+                r = statistics.median(res[f"s3 +{ms} ms"])
+                c = statistics.median(res[f"ceiling +{ms} ms"])
+                w = statistics.median(res[f"wait {ms}"])
+                rows.append([name, f"s3 +{ms} ms", f"{r / 1e3:,.0f} k", f"{r / local:.2f}",
+                             f"{c / 1e3:,.0f} k ({r / c:.2f})", f"{w:.2f} s"])
+            notes.append(f"{name}: {size / 1e6:.1f} MB, {per_rec:.0f} B/record; time to first "
+                         f"batch at +50 ms: median {statistics.median(firsts):.2f} s; peak held "
+                         f"by one open file {peak.peak / (1 << 20):.1f} MiB (bound "
+                         f"{(args.read_ahead + 1) * block / (1 << 20):g} MiB)")
+    proxy.close()
+    server.stop()
+    print(table(rows, ["set", "source", "records/s", "x local", "ceiling records/s (x ceiling)",
+                       "readers waited on the store"]))
+    for n in notes:
+        print("#", n)
+
+
+if __name__ == "__main__":
+    main()
