@@ -167,9 +167,10 @@ def test_every_thread_a_reader_starts_is_named_feedq(tmp_path: Path) -> None:
 # Common lower modules (below every package) and the native core, which
 # imports nothing from feedq (DESIGN: feedq/_native sits at the bottom).
 # feedq._core.positions (how readers report positions for resumption) and
-# feedq._core.extras (optional packages loaded late) too.
+# feedq._core.extras (optional packages loaded late) too; and feedq.storage
+# (public: URLs, read-ahead, retries), the layer readers read remote bytes through.
 ALLOWED = {"feedq.errors", "feedq.queues", "feedq._core.timeouts", "feedq._core.scope", "feedq._native",
-           "feedq._core.positions", "feedq._core.extras"}
+           "feedq._core.positions", "feedq._core.extras", "feedq.storage"}
 
 
 def _is_module(name: str) -> bool:
