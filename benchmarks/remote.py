@@ -7,7 +7,8 @@ Data: ``feedq make-data --layout realistic`` sets -- TFRecord Examples
 GZIP-compressed, and CSV with fields of varying widths -- uploaded to a
 moto S3 server on 127.0.0.1. The store is reached through the fault proxy
 of the tests (tests/storage/faults.py), which delays every answer by the
-latency of the row.
+latency of the row; server and proxies run in a process of their own (in
+the benchmark's they would share its GIL).
 
 Systems, one round running each once, rounds interleaved, medians reported:
 
@@ -33,8 +34,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -57,7 +60,22 @@ from feedq.readers import (
     parse_example,
 )
 from feedq.storage import _filesystems, _remote
+
+_SERVER = """
+import json, logging, sys
+from moto.server import ThreadedMotoServer
 from tests.storage.faults import FaultProxy
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+up = server.get_host_and_port()
+ports = {"server": up[1]}
+for lat in sys.argv[1].split(","):
+    ports[str(float(lat))] = FaultProxy(up, latency=float(lat)).port
+print(json.dumps(ports), flush=True)
+sys.stdin.read()
+server.stop()
+"""
 
 SETS = {
     "tfrecord": ("tfrecord", None),
@@ -197,8 +215,6 @@ def main() -> None:
     import logging
 
     import boto3
-    from moto.server import ThreadedMotoServer
-
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
     header("benchmarks/remote.py: reading from a loopback S3 server vs local disk")
@@ -206,16 +222,23 @@ def main() -> None:
     storage.configure(block_bytes=block, read_ahead=args.read_ahead)
     print(f"# {args.records:,} records per set in {args.files} files; {args.readers} readers; "
           f"read-ahead {args.read_ahead} x {block / (1 << 20):g} MiB per open file; "
-          f"{args.rounds} rounds")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+          f"{args.rounds} rounds; server and proxies in their own process")
+    # The server and the proxies run in another process: in this one they
+    # would share the readers' GIL.
+    server = subprocess.Popen([sys.executable, "-c", _SERVER, ",".join(str(x) for x in LATENCIES)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=str(Path(__file__).resolve().parents[1]))
+    assert server.stdout is not None
+    ports = json.loads(server.stdout.readline())
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
-    proxy = FaultProxy((host, port))
-    os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
-    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
+    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{ports['server']}")
     client.create_bucket(Bucket="bench")
+
+    def use(latency: float) -> None:
+        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{ports[str(latency)]}"
+        with _filesystems._lock:
+            _filesystems._clients.clear()
     rows = []
     notes = []
     with tempfile.TemporaryDirectory(prefix="feedq-remote-bench-") as tmp:
@@ -237,7 +260,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 res.setdefault("local", []).append(run_pipeline(paths, kind, comp, args.readers))
                 for lat in LATENCIES:
-                    proxy.latency = lat
+                    use(lat)
                     ms = int(lat * 1000)
                     storage.reset_statistics()
                     res.setdefault(f"s3 +{ms} ms", []).append(
@@ -247,10 +270,7 @@ def main() -> None:
                     res.setdefault(f"wait {ms}", []).append(st["wait_s"])
                     res.setdefault(f"ceiling +{ms} ms", []).append(
                         run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
-                proxy.latency = 0.0
             peak.stop()
-            with _filesystems._lock:
-                _filesystems._clients.clear()
             local = statistics.median(res["local"])
             rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", ""])
             for lat in LATENCIES:
@@ -264,8 +284,9 @@ def main() -> None:
                          f"batch at +50 ms: median {statistics.median(firsts):.2f} s; peak held "
                          f"by one open file {peak.peak / (1 << 20):.1f} MiB (bound "
                          f"{(args.read_ahead + 1) * block / (1 << 20):g} MiB)")
-    proxy.close()
-    server.stop()
+    assert server.stdin is not None
+    server.stdin.close()
+    server.wait(timeout=30)
     print(table(rows, ["set", "source", "records/s", "x local", "ceiling records/s (x ceiling)",
                        "readers waited on the store"]))
     for n in notes:
