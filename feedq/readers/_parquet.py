@@ -239,11 +239,11 @@ class ParquetReader(ReaderBase):
             table.validate(full=True)
         except (DataLossError, *_CORRUPT) as exc:
             name = path_of(self._work_unit or b"")
+            what = (f"row group {g} (rows {first}-{first + nrows - 1}) could not be read"
+                    if isinstance(exc, DataLossError)  # a store's read past its retry budget
+                    else f"corrupt Parquet data in row group {g} (rows {first}-{first + nrows - 1})")
             raise _SkipFile(
-                DataLossError(
-                    f"{name}: corrupt Parquet data in row group {g} "
-                    f"(rows {first}-{first + nrows - 1}): {exc}"
-                ),
+                DataLossError(f"{name}: {what}: {exc}"),
                 first,
                 resume=first + nrows,
             ) from None

@@ -129,7 +129,9 @@ def resolve(name: bytes | str) -> Location:
     with _lock:
         if os.getpid() != _pid:
             _forget_clients()
-        fs = _registered.get(f"{scheme}://{authority}") or _registered.get(f"{scheme}://")
+        fs = _registered.get(f"{scheme}://{authority}")
+        if fs is None:
+            fs = _registered.get(f"{scheme}://")
         if fs is not None:
             return Location(fs, f"{authority}/{path}", url, prefix, f"{authority}/")
         query = urlsplit(url).query

@@ -174,3 +174,47 @@ def test_resumable_pipeline_restored_mid_file_through_faults_continues_exactly(
     assert first + rest == whole
     ids = sorted(int.from_bytes(x[:4], "big") for b in whole for x in b)
     assert len(ids) == 180  # 3 files x 60 records, each once
+
+
+def test_parquet_ranges_are_retried_and_a_spent_budget_names_the_row_group(
+        tmp_path: Path, s3: Bucket, proxy: FaultProxy) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from feedq.readers import ParquetReader
+
+    n = 4000
+    table = pa.table({"x": np.arange(n), "s": [f"v{i}" * (i % 9) for i in range(n)]})
+    p = tmp_path / "a.parquet"
+    pq.write_table(table, p, row_group_size=1000)
+    url = s3.put("a.parquet", p.read_bytes())
+
+    def rows(reader: Any) -> tuple[list[int], BaseException | None]:
+        q = closed_queue(url)
+        got: list[int] = []
+        while True:
+            try:
+                got += reader.read_up_to(q, 700)[1]["x"].tolist()
+            except OutOfRangeError:
+                return got, None
+            except DataLossError as exc:
+                return got, exc
+
+    proxy.add("503", start=None, times=4)  # the first ranges (footer, first groups) throttled
+    with ParquetReader() as r:
+        got, err = rows(r)
+    assert err is None and got == list(range(n))
+    assert sorted(s.fault for s in proxy.seen if s.fault) == ["503"] * 4
+    proxy.clear()
+    storage.configure(retry_budget_s=0.2)
+    with ParquetReader() as r:
+        q = closed_queue(url)
+        got = r.read_up_to(q, 1000)[1]["x"].tolist()  # the footer and row group 0
+        proxy.add("503", start=None, times=10**6)  # from now on the store fails
+        with pytest.raises(DataLossError) as info:
+            while True:
+                got += r.read_up_to(q, 1000)[1]["x"].tolist()
+    assert got == list(range(1000))  # every row before the failure, once
+    msg = str(info.value)
+    assert msg.startswith(f"{url}: row group 1 (rows 1000-1999) could not be read: ") and (
+        "read failed at offset" in msg and "retry budget 0.2 s" in msg), msg
