@@ -148,6 +148,9 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
     def body() -> None:
         from feedq.cli._inspect import inspect_file, render_text
 
+        if os.path.isdir(file):
+            raise click.UsageError(f"{file} is a folder: inspect reads one file of it "
+                                   "(feedq bench reads a whole folder)")
         f, comp = _format_of([file], fmt, compression)
         _refuse_streams([file], f)
         report = inspect_file(file, f, comp, record_bytes=record_bytes, sample=sample, head=head,
