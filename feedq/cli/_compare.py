@@ -151,18 +151,21 @@ def what_they_do(schema: Schema, batch_size: int, readers: int,
     """One line per competitor, for the output."""
     fmt = schema.fmt
     tf_src = {"tfrecord": "TFRecordDataset", "csv": "TextLineDataset", "lines": "TextLineDataset",
-              "fixed": "FixedLengthRecordDataset"}.get(fmt, "none")
+              "fixed": "FixedLengthRecordDataset"}.get(fmt, "none")  # none: parquet
     files = "shuffled file names -> " if shuffle_buffer else ""
     tf_shuffle = f".shuffle({shuffle_buffer})" if shuffle_buffer else ""
     py_shuffle = (f", shuffled file order and a shuffle buffer of {shuffle_buffer:,} records"
                   if shuffle_buffer else "")
-    return {
+    notes = {
         "tf.data": f"{files}{tf_src}(num_parallel_reads={readers}){tf_shuffle}.batch({batch_size})"
                    f".map({_tf_parse_name(schema)}, AUTOTUNE).prefetch(AUTOTUNE), as NumPy",
         "DataLoader": f"IterableDataset reading records in Python, each {_py_parse_name(schema)}"
                       f"{py_shuffle}; DataLoader(batch_size={batch_size}, "
                       "collate_fn: stack with the schema's dtypes)",
     }
+    if tf_src == "none":  # no tf.data pipeline ran (its row says why)
+        del notes["tf.data"]
+    return notes
 
 
 def _tf_parse_name(schema: Schema) -> str:
@@ -193,7 +196,7 @@ def competitors(files: list[str], schema: Schema, *, batch_size: int, readers: i
     what = what_they_do(schema, batch_size, readers, shuffle_buffer)
     from feedq.cli._compare_torch import torch_system
 
-    out = [_tf_system(files, schema, what["tf.data"])]
+    out = [_tf_system(files, schema, what.get("tf.data", ""))]
     for w in workers:
         out.append(torch_system(files, schema, w, what["DataLoader"]))
     return out

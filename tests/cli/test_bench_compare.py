@@ -150,6 +150,18 @@ def test_parquet_has_no_tf_data_row_but_dataloader_reads_it(tmp_path: Path) -> N
     out = bench_json(str(tmp_path / "pq"), "--compare", "--repeats", "1")
     rows = {r["system"]: r for r in out["compare"]}
     assert rows["tf.data"]["status"] == "not supported: TensorFlow has no Parquet dataset"
+    # ... and no footnote describes a tf.data pipeline that did not run.
+    from feedq.cli._compare import render, what_they_do
+    from feedq.cli._schema import infer_schema
+
+    schema = infer_schema([str(p) for p in sorted((tmp_path / "pq").iterdir())], "parquet", None, None,
+                          on_error="raise", sample=10)
+    notes = what_they_do(schema, 256, 2)
+    assert "tf.data" not in notes and "DataLoader" in notes
+    from feedq.cli._compare import CompareRow
+
+    lines = render([CompareRow("tf.data", "", "not supported")], 1, notes)
+    assert not [line for line in lines if line.lstrip().startswith("tf.data:")]
     for name in LOADERS[2:]:
         assert rows[name]["records"] == 400 and rows[name]["payload_bytes"] == out["payload_bytes"]
 
