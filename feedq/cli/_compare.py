@@ -35,14 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from feedq.cli._bench import cpu_seconds
 from feedq.cli._measure import Limits, Measure, System, timed
 from feedq.cli._schema import Schema
 
-__all__ = [
-    "CompareRow", "Limits", "Measure", "System", "compare", "competitors", "cpu_seconds", "timed",
-    "what_they_do",
-]
+__all__ = ["CompareRow", "compare", "competitors", "render", "what_they_do"]
 
 #: Records of each system's warm-up run (imports, graph tracing), not counted.
 WARMUP_BATCHES = 4

@@ -378,7 +378,9 @@ def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, rea
                   repeats: int, show: Any, shuffle_buffer: int) -> tuple[Any, list[Any]]:
     """feedq's run beside tf.data and DataLoader, alternating; feedq's median
     run (by records/s) and the comparison rows."""
-    from feedq.cli._compare import Limits, Measure, System, compare, competitors, cpu_seconds
+    from feedq.cli._bench import cpu_seconds
+    from feedq.cli._compare import compare, competitors
+    from feedq.cli._measure import Limits, Measure, System
 
     results: list[Any] = []
 

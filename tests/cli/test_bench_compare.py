@@ -187,16 +187,17 @@ def test_a_loader_that_fails_is_a_row_saying_why(tmp_path: Path) -> None:
 def test_ctrl_c_ends_the_rounds_and_shows_what_was_measured(
         data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import feedq.cli._compare as compare
+    from feedq.cli._measure import Limits, Measure, System
 
     calls = []
 
-    def run(limits: compare.Limits) -> compare.Measure:
+    def run(limits: Limits) -> Measure:
         calls.append(limits)
         if len(calls) == 3:  # warm-up, round 1, then Ctrl-C in round 2
             raise KeyboardInterrupt
-        return compare.Measure(limits.max_records or 600, 1000, 0.5, 0.25)
+        return Measure(limits.max_records or 600, 1000, 0.5, 0.25)
 
-    fake = compare.System("fake", "a fake loader", run)
+    fake = System("fake", "a fake loader", run)
     monkeypatch.setattr(compare, "competitors", lambda *a, **k: [fake])
     res = bench(str(data / "fixed"), "--compare", "--repeats", "3", "--json", "--no-progress")
     assert res.exit_code == 130, res.output
