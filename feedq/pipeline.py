@@ -58,6 +58,7 @@ from feedq._observe.statistics import (
 from feedq._resume.registry import Registry
 from feedq.coordinator import Coordinator
 from feedq.errors import FailedPreconditionError
+from feedq.input import Stage
 from feedq.queues import QueueBase
 from feedq.runners import (
     QueueRunner,
@@ -343,7 +344,7 @@ class Pipeline:
                 kinds[id(runner)] = "producer" if stage.batch_size is None else "batcher"
                 if stage.batch_size is not None:
                     batch_sizes[id(runner)] = int(stage.batch_size)
-                shuffle = getattr(stage, "_shuffle", None)
+                shuffle = stage.shuffle_buffer if isinstance(stage, Stage) else None
                 if shuffle is not None:
                     shuffles.append(shuffle)
             elif getattr(stage, "_timing_kind", None) == "process":

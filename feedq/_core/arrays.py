@@ -11,6 +11,8 @@ into each other's private modules.
   element (bare value, list, dict) and a list of component values (Q3, Q4).
 * :func:`variable_array` is a variable's initial value as an array, Python
   data typed as TF1 and PyTorch type it (``3.0`` is float32).
+* :func:`epoch_order` is a shuffling producer's order of one epoch: a
+  function of (seed, epoch) only, so plain and resumable producers replay it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "STRING", "as_dtype", "as_torch_free_array", "flatten_values", "pack_values", "variable_array",
+    "STRING", "as_dtype", "as_torch_free_array", "epoch_order", "flatten_values", "pack_values",
+    "variable_array",
 ]
 
 #: The dtype of string components: object arrays holding ``bytes``.
@@ -130,3 +133,10 @@ def variable_array(initial: Any, dtype: Any = None) -> np.ndarray[Any, Any]:
         if array.dtype == np.complex128:
             return array.astype(np.complex64)
     return array
+
+
+def epoch_order(n: int, seed: int | None, epoch: int) -> np.ndarray[Any, Any]:
+    """The indices of epoch ``epoch`` of ``n`` elements, shuffled: the same
+    (seed, epoch) gives the same order in any process; ``seed=None`` draws
+    a fresh one."""
+    return np.random.default_rng(None if seed is None else [seed, epoch]).permutation(n)

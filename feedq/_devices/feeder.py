@@ -261,8 +261,8 @@ class DeviceFeeder:
         self._base_taken: int | None = None
         # held by the one consumer inside get(); others wait for it with their timeout
         self._consumer_lock = threading.Lock()
+        pipe = current_pipeline()
         if coord is None:
-            pipe = current_pipeline()
             coord = None if pipe is None else pipe.coord
         self._coord = coord
         # The producer side: the thread, its staging slots and copy engine,
@@ -282,7 +282,6 @@ class DeviceFeeder:
         # Created inside `with feedq.Pipeline()`: the pipeline closes it at shutdown,
         # and its state counts what this feeder handed on, not what it read ahead.
         _scope.register_closeable(self)
-        pipe = current_pipeline()
         if pipe is not None and hasattr(self._origin, "state_dict"):
             pipe.resumption.add_consumer(self._origin, self._delivered_upto)
         if coord is not None:

@@ -45,6 +45,10 @@ __all__ = [
 # The verdict: the consumer is the limit when it waited at most this share
 # of the elapsed time.
 _CONSUMER_WAITS = 0.10
+# ... and when at least this share of its takes found the data stored while
+# the stage feeding it waited on its full queue (the consumer's wait was its
+# first takes, before the pipeline filled).
+_READY_TAKES = 0.90
 
 
 @dataclass(frozen=True)
@@ -433,6 +437,16 @@ def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTim
             f"no bottleneck: the consumer is the limit (it waited {_pct(wait_share)} of "
             f"the time; data was ready for {_pct(consumer.readiness)} of {consumer.takes} "
             "takes)"), "consumer")
+    if consumer.readiness >= _READY_TAKES and l_out > max(l_busy, l_in):
+        # The stage feeding the consumer sits on a full queue and nearly
+        # every take found its batch stored: what the consumer waited was
+        # a few takes (the first ones, while the pipeline started), not a
+        # stage that cannot keep up.
+        return Bottleneck(None, (
+            f"no bottleneck: the consumer is the limit (data was ready for "
+            f"{_pct(consumer.readiness)} of {consumer.takes} takes and {last.name!r} waited "
+            f"{_pct(l_out)} of its time for room in its full queue; the consumer's "
+            f"{consumer.waited_takes} waiting takes took {consumer.wait_s:.3f} s)"), "consumer")
     small = _small_capacity(elapsed, last, consumer, wait_share)
     if small is not None:
         return small
@@ -477,6 +491,8 @@ def _small_capacity(elapsed: float, last: StageTiming, consumer: ConsumerTiming,
     below = bs is not None and last.capacity < bs
     if not (out >= busy and out > inp and (below or out >= 0.5)):
         return None
+    if bs is not None and last.capacity >= 2 * bs:
+        return None  # the advice would be to have what it has
     figures = (f"{last.kind} {last.name!r} waits {_pct(out)} of its time for room in its "
                f"queue and is busy {_pct(busy)}, while the consumer waits {_pct(wait_share)} of "
                f"the time (data ready for {_pct(consumer.readiness)} of its takes)")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from feedq._core.arrays import epoch_order
 from feedq._resume import positions as layout
 from feedq._resume import report as _report
 from feedq.errors import InvalidArgumentError
@@ -97,7 +98,7 @@ class ProducerPart:
         with self._lock:
             got = self._orders.get(epoch)
             if got is None:
-                got = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+                got = epoch_order(self.n, self.seed, epoch)
                 self._orders = {epoch: got, **{k: v for k, v in self._orders.items() if k >= epoch - 1}}
             return got
 
@@ -187,6 +188,14 @@ class ProducerPart:
         return units, filters
 
     # -- restore --------------------------------------------------------------------
+
+    def reseed(self, seed: int, worklist: list[Any]) -> None:
+        """Take a saved state's shuffle seed and work list (the units it
+        re-emits by id): the epoch orders are drawn again from ``seed``."""
+        with self._lock:
+            self.seed = int(seed)
+            self._orders.clear()
+            self._worklist = list(worklist)
 
     def set_plan(
         self,

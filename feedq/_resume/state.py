@@ -273,13 +273,11 @@ def restore_producer(producer: ProducerPart, state: dict[str, Any]) -> None:
                 "this rank's files are not the ones the re-sharded state was dealt for "
                 f"(the state is for {which})"
             )
-    producer.seed = int(state["producer"]["seed"])
     if producer.shard is None:  # rank and world of a re-sharded run, saved again
         producer.shard = state.get("shard")
-    producer._orders.clear()
     view, worklist = _view(state, producer.n)
     worklist = [to_bytes(v) for v in worklist]
-    producer._worklist = worklist
+    producer.reseed(int(state["producer"]["seed"]), worklist)
 
     def value(u: int) -> Any:
         return worklist[u - layout.WORKLIST_BASE] if u >= layout.WORKLIST_BASE else producer.value_of(u)

@@ -35,14 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from feedq.cli._bench import cpu_seconds
 from feedq.cli._measure import Limits, Measure, System, timed
 from feedq.cli._schema import Schema
 
-__all__ = [
-    "CompareRow", "Limits", "Measure", "System", "compare", "competitors", "cpu_seconds", "timed",
-    "what_they_do",
-]
+__all__ = ["CompareRow", "compare", "competitors", "render", "what_they_do"]
 
 #: Records of each system's warm-up run (imports, graph tracing), not counted.
 WARMUP_BATCHES = 4
@@ -151,18 +147,21 @@ def what_they_do(schema: Schema, batch_size: int, readers: int,
     """One line per competitor, for the output."""
     fmt = schema.fmt
     tf_src = {"tfrecord": "TFRecordDataset", "csv": "TextLineDataset", "lines": "TextLineDataset",
-              "fixed": "FixedLengthRecordDataset"}.get(fmt, "none")
+              "fixed": "FixedLengthRecordDataset"}.get(fmt, "none")  # none: parquet
     files = "shuffled file names -> " if shuffle_buffer else ""
     tf_shuffle = f".shuffle({shuffle_buffer})" if shuffle_buffer else ""
     py_shuffle = (f", shuffled file order and a shuffle buffer of {shuffle_buffer:,} records"
                   if shuffle_buffer else "")
-    return {
+    notes = {
         "tf.data": f"{files}{tf_src}(num_parallel_reads={readers}){tf_shuffle}.batch({batch_size})"
                    f".map({_tf_parse_name(schema)}, AUTOTUNE).prefetch(AUTOTUNE), as NumPy",
         "DataLoader": f"IterableDataset reading records in Python, each {_py_parse_name(schema)}"
                       f"{py_shuffle}; DataLoader(batch_size={batch_size}, "
                       "collate_fn: stack with the schema's dtypes)",
     }
+    if tf_src == "none":  # no tf.data pipeline ran (its row says why)
+        del notes["tf.data"]
+    return notes
 
 
 def _tf_parse_name(schema: Schema) -> str:
@@ -193,7 +192,7 @@ def competitors(files: list[str], schema: Schema, *, batch_size: int, readers: i
     what = what_they_do(schema, batch_size, readers, shuffle_buffer)
     from feedq.cli._compare_torch import torch_system
 
-    out = [_tf_system(files, schema, what["tf.data"])]
+    out = [_tf_system(files, schema, what.get("tf.data", ""))]
     for w in workers:
         out.append(torch_system(files, schema, w, what["DataLoader"]))
     return out

@@ -54,7 +54,11 @@ def inspect_file(
     """
     schema = infer_schema([path], fmt, compression, record_bytes, on_error=on_error, sample=sample)
     reader = make_reader(schema, on_error, name="inspect")
+    # Every record is decoded, so a malformed row past the sample is
+    # reported (or skipped and counted) as the pipeline would; the records
+    # shown go through a decoder of their own (their skips are counted once).
     decoder = Decoder(schema, on_error)
+    shown = Decoder(schema, on_error)
     q = FIFOQueue(1, str, shapes=[[]])
     q.enqueue(path)
     q.close()
@@ -66,9 +70,11 @@ def inspect_file(
                 block = reader.read_block(q, _BLOCK)
             except OutOfRangeError:
                 break
+            decoded = decoder.decode(block)
+            kept = decoded[2]
             if len(first) < head:
-                first.extend(_records(schema, decoder, block, head - len(first), on_error))
-            count += len(block)
+                first.extend(_records(schema, shown, block, head - len(first), on_error, decoded))
+            count += len(block) if kept is None else len(kept)
         skipped = int(reader.num_errors_skipped())
     return {
         "file": path,
@@ -108,8 +114,19 @@ def json_value(v: Any) -> Any:
     return v if v is None or isinstance(v, str) else str(v)
 
 
-def _records(schema: Schema, decoder: Decoder, block: Any, n: int, on_error: OnError) -> list[dict[str, Any]]:
-    """The first ``n`` records of ``block`` as ``{"key": ..., "value": ...}``."""
+def _records(schema: Schema, decoder: Decoder, block: Any, n: int, on_error: OnError,
+             decoded: tuple[list[np.ndarray], np.ndarray, np.ndarray | None] | None = None,
+             ) -> list[dict[str, Any]]:
+    """The first ``n`` records of ``block`` as ``{"key": ..., "value": ...}``
+    (CSV rows: the first ``n`` good ones of the block as ``decoded``, what
+    ``Decoder.decode(block)`` returned, when given)."""
+    if decoded is not None and schema.fmt == "csv":
+        cols, _, kept = decoded
+        index = (np.arange(len(block)) if kept is None else kept)[:n]
+        all_keys = block.keys()
+        return [{"key": all_keys[j].decode("utf-8", "backslashreplace"),
+                 "value": {name: json_value(c[i]) for name, c in zip(schema.names, cols)}}
+                for i, j in enumerate(index.tolist())]
     keys = [k.decode("utf-8", "backslashreplace") for k in block.keys()[:n].tolist()]
     if schema.fmt == "tfrecord" and (schema.features or schema.info.get("sequence")):
         return _examples(decoder, block, keys, on_error, bool(schema.info.get("sequence")))

@@ -177,6 +177,9 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
     def body() -> None:
         from feedq.cli._inspect import inspect_file, render_text
 
+        if os.path.isdir(file):
+            raise click.UsageError(f"{file} is a folder: inspect reads one file of it "
+                                   "(feedq bench reads a whole folder)")
         f, comp = _format_of([file], fmt, compression)
         _refuse_streams([file], f)
         report = inspect_file(file, f, comp, record_bytes=record_bytes, sample=sample, head=head,
@@ -414,7 +417,9 @@ def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, rea
                   repeats: int, show: Any, shuffle_buffer: int) -> tuple[Any, list[Any]]:
     """feedq's run beside tf.data and DataLoader, alternating; feedq's median
     run (by records/s) and the comparison rows."""
-    from feedq.cli._compare import Limits, Measure, System, compare, competitors, cpu_seconds
+    from feedq.cli._bench import cpu_seconds
+    from feedq.cli._compare import compare, competitors
+    from feedq.cli._measure import Limits, Measure, System
 
     results: list[Any] = []
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from feedq import storage
 from feedq._core import scope as _scope
+from feedq._core.arrays import epoch_order
 from feedq._resume.producer import ProducerPart
 from feedq._resume.state import restore_producer
 from feedq.errors import NotFoundError, OutOfRangeError
@@ -115,9 +116,7 @@ def _producer(
         # One op enqueues a whole epoch: epochs are contiguous, never mixed (IP2).
         epoch = epochs.next()
         if shuffle:
-            # Replayable: the order of epoch e depends on (seed, e) only.
-            rng = np.random.default_rng(None if seed is None else [seed, epoch])
-            q.enqueue_many(arr[rng.permutation(n)])
+            q.enqueue_many(arr[epoch_order(n, seed, epoch)])
         else:
             q.enqueue_many(arr)
 

@@ -127,6 +127,12 @@ class Stage:
         return self._runner
 
     @property
+    def shuffle_buffer(self) -> tuple[ShuffleBuffer, int] | None:
+        """A shuffling batcher's buffer and the capacity it was given (for
+        the statistics); ``None`` for other stages."""
+        return self._shuffle
+
+    @property
     def batch_size(self) -> int | None:
         """Elements per evaluation for batchers; ``None`` for producers."""
         return self._batch_size

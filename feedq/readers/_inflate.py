@@ -45,8 +45,13 @@ class _Inflater:
         self._wbits = 31 if compression == "GZIP" else 15  # TF's ZlibCompressionOptions
         self._dec = zlib.decompressobj(self._wbits)
         self._pending = b""  # compressed input not yet given to zlib
+        self._tail = b""  # input given to zlib and not consumed yet (it comes before _pending)
         self._raw_offset = 0
         self._done = False
+        # After a zlib error: 0 (none yet), else the compressed bytes per
+        # step while the input of the failed call is fed again (see produce).
+        self._step = 0
+        self._produced = 0  # decompressed bytes handed on
 
     def _read_raw(self) -> bytes:
         try:
@@ -70,8 +75,8 @@ class _Inflater:
         while not self._done:
             if self._dec.eof:
                 # Concatenated GZIP members (as `cat a.gz b.gz` makes) continue the stream.
-                rest = self._dec.unused_data + self._pending
-                self._pending = b""
+                rest = self._dec.unused_data + self._tail + self._pending
+                self._pending = self._tail = b""
                 if not rest:
                     rest = self._read_raw()
                 if not rest:
@@ -85,8 +90,8 @@ class _Inflater:
                 self._dec = zlib.decompressobj(self._wbits)
                 self._pending = rest
                 continue
-            if self._dec.unconsumed_tail:
-                src = self._dec.unconsumed_tail
+            if self._tail:
+                src, self._tail = self._tail, b""
             else:
                 if not self._pending:
                     self._pending = self._read_raw()
@@ -96,14 +101,30 @@ class _Inflater:
                             f"offset {self._raw_offset}"
                         )
                 src, self._pending = self._pending, b""
+            step, rest = (src[: self._step], src[self._step :]) if self._step else (src, b"")
+            before = self._dec.copy()
             try:
-                out = self._dec.decompress(src, n)
+                out = self._dec.decompress(step, n)
             except zlib.error as exc:
+                # zlib drops what the failing call decompressed (up to n
+                # bytes: whole records before a bad GZIP trailer, say).
+                # Feed that input again from the state before it, in small
+                # steps, then a byte at a time in the step that fails, so
+                # every byte before the fault is handed on (R14: the good
+                # records before the error go out first).
+                if self._step != 1:
+                    self._dec = before
+                    self._pending = src + self._pending
+                    self._step = 4096 if not self._step else 1
+                    continue
+                at = self._raw_offset - len(self._pending) - len(src)
+                hint = "" if self._produced else f" (is this a {self.compression} file?)"
                 raise DataLossError(
-                    f"{self.name}: inflate() failed with {exc} (is this a "
-                    f"{self.compression} file?)"
+                    f"{self.name}: inflate() failed with {exc} at compressed offset {at}{hint}"
                 ) from None
+            self._tail = self._dec.unconsumed_tail + rest
             if out:
+                self._produced += len(out)
                 return out
         return b""
 

@@ -199,7 +199,7 @@ class TFRecordReader(ReaderBase):
             err = _data_loss(
                 DataLossError(
                     f"{self._fname()}: corrupted record at {bad_start + _HEADER} "
-                    f"(data CRC mismatch in the record at {bad_start})"
+                    f"(data CRC mismatch; the record starts at {bad_start})"
                 ),
                 bad_start,
                 resume=bad_start + _HEADER + int(bad_length) + _FOOTER,

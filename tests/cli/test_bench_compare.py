@@ -150,6 +150,18 @@ def test_parquet_has_no_tf_data_row_but_dataloader_reads_it(tmp_path: Path) -> N
     out = bench_json(str(tmp_path / "pq"), "--compare", "--repeats", "1")
     rows = {r["system"]: r for r in out["compare"]}
     assert rows["tf.data"]["status"] == "not supported: TensorFlow has no Parquet dataset"
+    # ... and no footnote describes a tf.data pipeline that did not run.
+    from feedq.cli._compare import render, what_they_do
+    from feedq.cli._schema import infer_schema
+
+    schema = infer_schema([str(p) for p in sorted((tmp_path / "pq").iterdir())], "parquet", None, None,
+                          on_error="raise", sample=10)
+    notes = what_they_do(schema, 256, 2)
+    assert "tf.data" not in notes and "DataLoader" in notes
+    from feedq.cli._compare import CompareRow
+
+    lines = render([CompareRow("tf.data", "", "not supported")], 1, notes)
+    assert not [line for line in lines if line.lstrip().startswith("tf.data:")]
     for name in LOADERS[2:]:
         assert rows[name]["records"] == 400 and rows[name]["payload_bytes"] == out["payload_bytes"]
 
@@ -175,16 +187,17 @@ def test_a_loader_that_fails_is_a_row_saying_why(tmp_path: Path) -> None:
 def test_ctrl_c_ends_the_rounds_and_shows_what_was_measured(
         data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import feedq.cli._compare as compare
+    from feedq.cli._measure import Limits, Measure, System
 
     calls = []
 
-    def run(limits: compare.Limits) -> compare.Measure:
+    def run(limits: Limits) -> Measure:
         calls.append(limits)
         if len(calls) == 3:  # warm-up, round 1, then Ctrl-C in round 2
             raise KeyboardInterrupt
-        return compare.Measure(limits.max_records or 600, 1000, 0.5, 0.25)
+        return Measure(limits.max_records or 600, 1000, 0.5, 0.25)
 
-    fake = compare.System("fake", "a fake loader", run)
+    fake = System("fake", "a fake loader", run)
     monkeypatch.setattr(compare, "competitors", lambda *a, **k: [fake])
     res = bench(str(data / "fixed"), "--compare", "--repeats", "3", "--json", "--no-progress")
     assert res.exit_code == 130, res.output

@@ -72,3 +72,44 @@ def test_inspect_plain_examples_have_no_feature_lists(tmp_path: Path) -> None:
                           on_error="raise")
     assert "sequence" not in report["info"] and "feature_lists" not in report["first_records"][0]
     assert "feature lists" not in "\n".join(render_text(report))
+
+
+# -- every row is decoded, not only the sample ------------------------------------------------
+
+
+def _csv_with_bad_rows(path: Path, rows: int, bad: dict[int, str]) -> None:
+    lines = ["a,b,label"] + [f"{i}.5,{i},{i % 3}" for i in range(rows)]
+    for row, text in bad.items():
+        lines[row + 1] = text
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_inspect_reports_a_malformed_row_past_the_sample(tmp_path: Path) -> None:
+    import pytest
+
+    from feedq.errors import InvalidArgumentError
+
+    path = tmp_path / "rows.csv"
+    _csv_with_bad_rows(path, 3000, {2500: "1.0,oops"})  # line 2502 of the file
+    with pytest.raises(InvalidArgumentError, match=r"rows\.csv:2502: Expect 3 fields but have 2"):
+        inspect_file(str(path), "csv", None, record_bytes=None, sample=100, head=3, on_error="raise")
+
+
+def test_inspect_skips_and_counts_bad_rows_once(tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    # One bad row among the records shown, one past the sample.
+    _csv_with_bad_rows(path, 3000, {1: "1.0,2.0,x", 2500: "1.0,oops"})
+    report = inspect_file(str(path), "csv", None, record_bytes=None, sample=100, head=3, on_error="skip")
+    assert (report["records"], report["skipped_errors"]) == (2998, 2)
+    assert [r["key"] for r in report["first_records"]] == [f"{path}:2", f"{path}:4", f"{path}:5"]
+
+
+def test_inspect_refuses_a_folder_by_name(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from feedq.cli.main import main
+
+    _csv_with_bad_rows(tmp_path / "part-0.csv", 10, {})
+    res = CliRunner().invoke(main, ["inspect", str(tmp_path)])
+    assert res.exit_code == 2
+    assert f"{tmp_path} is a folder: inspect reads one file of it" in res.output

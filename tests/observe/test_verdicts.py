@@ -70,6 +70,22 @@ def test_verdict_names_a_queue_too_small_for_the_takes() -> None:
     assert b.reason.endswith("raise capacity to >= 2 x batch_size (200)")
 
 
+def test_a_full_queue_that_readies_every_take_is_the_consumers_limit() -> None:
+    # A user trial (bench on fixed-length records, 0.12 s): the batcher
+    # waited 57 % of its time on a queue of 16384 rows, 6 of 1564 takes
+    # waited (the first ones), 12 % of the time. That was advice to raise
+    # the capacity to 512; the consumer is the limit.
+    started = ConsumerTiming(takes=1564, waited_takes=6, wait_s=0.014, readiness=0.996)
+    b = verdict(0.12, [PRODUCER, _batcher(0.03, 0.068, capacity=16384, batch_size=256)], started)
+    assert (b.stage, b.cause) == (None, "consumer")
+    assert b.reason.startswith("no bottleneck: the consumer is the limit (data was ready for 100% "
+                               "of 1564 takes and 'batch/fifo_queue' waited 57% of its time")
+    # Takes that did wait on that full queue are not told to grow a queue
+    # that already holds two batches either.
+    b = verdict(10.0, [PRODUCER, _batcher(2.0, 7.5, capacity=16384, batch_size=256)], WAITING)
+    assert b.cause != "capacity" and "raise capacity" not in b.reason
+
+
 def test_a_busy_batcher_is_still_the_bottleneck_with_a_note_on_capacity() -> None:
     b = verdict(10.0, [PRODUCER, _batcher(8.0, 1.5, capacity=32)], WAITING)
     assert b.cause == "stage" and b.stage == "batch/fifo_queue"

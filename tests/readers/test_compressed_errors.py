@@ -114,6 +114,27 @@ def test_gzip_tfrecord_trailing_garbage_keeps_all_records(tmp_path: Path) -> Non
     assert out[100][1].startswith(f"{p}: inflate() failed with")
 
 
+@pytest.mark.parametrize("options", ["GZIP", "ZLIB"])
+def test_r14_bad_stream_checksum_after_the_last_record_keeps_every_record(
+    tmp_path: Path, options: str
+) -> None:
+    # A flipped byte in the stream's own checksum (GZIP's CRC32 trailer,
+    # ZLIB's Adler-32): zlib fails in the call that decompresses the last
+    # ~1 MiB and drops that call's output; the reader still hands on every
+    # record before the fault, then the error, naming the compressed offset.
+    recs = [b"%06d" % i + bytes(range(i % 200)) for i in range(20000)]  # ~2.1 MB of records
+    p = write_tfr(tmp_path / "t.tfr", recs, options)
+    raw = bytearray(p.read_bytes())
+    at = len(raw) - (8 if options == "GZIP" else 4)
+    raw[at] ^= 0x01
+    p.write_bytes(bytes(raw))
+    out = drain(TFRecordReader(options=options), closed_queue(p), 1000)
+    assert out[:-1] == recs
+    kind, msg = out[-1]
+    assert kind == "ERR" and msg.startswith(f"{p}: inflate() failed with")
+    assert "incorrect data check at compressed offset" in msg and "is this a" not in msg
+
+
 def test_zlib_fixed_length_trailing_garbage_keeps_all_records(tmp_path: Path) -> None:
     recs = [bytes([i]) * 10 for i in range(50)]
     p = tmp_path / "c.bin.z"

@@ -104,7 +104,7 @@ def test_r14_bad_data_crc_after_good_records_then_moves_on(tmp_path: Path) -> No
     q = closed_queue(p, good)
     assert r.read_up_to(q, 10)[1].tolist() == [b"ab"]
     with pytest.raises(
-        DataLossError, match=rf"^{p}: corrupted record at 30 \(data CRC mismatch in the record at 18\)$"
+        DataLossError, match=rf"^{p}: corrupted record at 30 \(data CRC mismatch; the record starts at 18\)$"
     ):
         r.read_up_to(q, 10)
     # Never the same error forever (R9): the reader moves on.
