@@ -154,16 +154,21 @@ def test_closed_queue_holds_the_items_then_ends() -> None:
 
 @pytest.mark.timeout(60)
 def test_ray_module_tests_are_marked_slow(pytester: pytest.Pytester) -> None:
+    # Nothing here starts a thread: the inner runs can share this process.
     pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
-    pytester.makepyfile(test_distributed_ray="def test_a():\n    pass\n",
-                        test_other="def test_b():\n    pass\n")
-    slow = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", "-m", "slow")
-    slow.assert_outcomes(passed=1, deselected=1)
-    slow.stdout.no_fnmatch_line("*test_other*PASSED*")
-    quick = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not slow", "-v")
-    quick.assert_outcomes(passed=1, deselected=1)
+    pytester.mkpydir("distributed")
+    pytester.makepyfile(**{"distributed/test_ray": "def test_a():\n    pass\n",
+                           "distributed/test_local": "def test_c():\n    pass\n",
+                           "test_ray": "def test_d():\n    pass\n",
+                           "test_other": "def test_b():\n    pass\n"})
+    slow = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--strict-markers", "-m", "slow", "-v")
+    slow.assert_outcomes(passed=1, deselected=3)
+    slow.stdout.fnmatch_lines(["*distributed/test_ray.py::test_a PASSED*"])
+    quick = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-m", "not slow", "-v")
+    quick.assert_outcomes(passed=3, deselected=1)
     quick.stdout.fnmatch_lines(["*test_other.py::test_b PASSED*"])
+    quick.stdout.no_fnmatch_line("*distributed/test_ray.py::test_a*")
 
 
 def test_property_tests_have_no_wall_clock_deadline() -> None:

@@ -41,6 +41,7 @@ import numpy as np
 import feedq.distributed as fd
 import feedq.errors as fd_errors
 from feedq.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from tests import _forkserver as forkserver
 from tests.distributed import test_local as cases
 from tests.distributed.test_local import DIST_TASKS, SPEC, Dist
 
@@ -255,8 +256,7 @@ def test_server_misconfiguration_messages(dist: Dist) -> None:
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs_on_the_cluster(path: Path, dist: Dist) -> None:
-    proc = subprocess.run([sys.executable, str(path)], check=False, env=dist.cluster.env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = forkserver.run([str(path)], env=dist.cluster.env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
@@ -266,8 +266,7 @@ def test_command_line_serves_and_stops_a_task(dist: Dist) -> None:
         return [sys.executable, "-m", "feedq.distributed", *args, "--job", "spare", "--task", "0",
                 "--namespace", dist.cluster.namespace]
 
-    stop = subprocess.run(cli("stop"), check=False, env=dist.cluster.env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    stop = forkserver.run(cli("stop")[1:], env=dist.cluster.env, cwd=ROOT, timeout=60)
     assert stop.returncode == 0, stop.stderr[-2000:]
     dist.cluster.servers.pop("/job:spare/task:0", None)
     serve = subprocess.Popen(cli("serve"), env=dist.cluster.env, cwd=ROOT, text=True,
@@ -278,8 +277,7 @@ def test_command_line_serves_and_stops_a_task(dist: Dist) -> None:
         q = fd.FIFOQueue(2, np.int64, shared_name=dist.name(), task="/job:spare/task:0")
         q.enqueue(5)
         assert q.dequeue() == 5
-        stop = subprocess.run(cli("stop"), check=False, env=dist.cluster.env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+        stop = forkserver.run(cli("stop")[1:], env=dist.cluster.env, cwd=ROOT, timeout=60)
         assert stop.returncode == 0, stop.stderr[-2000:]
         assert serve.wait(timeout=30) == 0  # join() returned once the server stopped
     finally:
