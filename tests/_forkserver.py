@@ -208,7 +208,7 @@ class _Zygote:
                                      stdout=subprocess.PIPE, stderr=self.log, env=dict(env), cwd=ROOT,
                                      preexec_fn=_sigint_default)
         self.lock = threading.Lock()
-        self.replies: dict[tuple[int, str], Any] = {}  # (request id, "pid" | "returncode") -> message
+        self.replies: dict[tuple[int | str, str], Any] = {}  # (request id, "pid" | "returncode") -> reply
         self.calls = 0
         self._buf = b""
         self._pump(120)
