@@ -82,22 +82,29 @@ for _name in cases.SEMANTIC_CASES:
 del _name
 
 
-def _client(code: str, lc: fd.LocalCluster, **kw: Any) -> subprocess.Popen[str]:
-    """Start a client process of the cluster running ``code``."""
+def _client(code: str, lc: fd.LocalCluster) -> forkserver.Child:
+    """Start a client process of the cluster running ``code`` (forked from a
+    warm interpreter: tests/_forkserver.py)."""
     prelude = "import numpy as np, feedq, feedq.distributed as fd\nfd.connect()\n"
-    return subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)],
-                            env=lc.env, cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, **kw)
+    return forkserver.popen(["-c", prelude + textwrap.dedent(code)], env=lc.env, cwd=ROOT)
 
 
-def _finish(p: subprocess.Popen[str], timeout: float = 40) -> tuple[str, str]:
+def _finish(p: forkserver.Child | subprocess.Popen[str], timeout: float = 40) -> tuple[str, str]:
     """Wait for a client process; kill it if it outlives ``timeout`` or the test fails."""
+    if isinstance(p, subprocess.Popen):
+        try:
+            return p.communicate(timeout=timeout)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate(timeout=10)
     try:
-        return p.communicate(timeout=timeout)
+        p.wait(timeout)
     finally:
         if p.poll() is None:
             p.kill()
-            p.communicate(timeout=10)
+            p.wait(10)
+    return p.output()
 
 
 def _wait(pred: Any, timeout: float, what: str) -> None:
@@ -146,7 +153,8 @@ def test_client_death_mid_dequeue_loses_nothing(dist: Dist) -> None:
         assert q.size() == 0  # the 3 are held by the blocked client's call
     finally:
         p.kill()
-        p.communicate(timeout=10)
+        p.wait(10)
+        p.output()
     t0 = time.monotonic()
     _wait(lambda: q.size() == 3, 10, "the dead client's elements to come back")
     assert time.monotonic() - t0 < 6.0
