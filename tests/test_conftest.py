@@ -195,3 +195,64 @@ def test_fake_clock_moves_only_when_advanced() -> None:
     assert stopped.result() is True and clock.now() == start + 1.0
     clock.sync()
     assert clock.now() >= start + 1.0
+
+
+# -- tests/_forkserver.py: a forked child is what `python ...` would have been -----------------
+
+_PROBE = """
+import json, os, sys, threading
+printed = threading.Event()
+threading.Thread(target=lambda: printed.wait() and print("non-daemon thread joined at exit")).start()
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "name": __name__,
+                  "var": os.environ.get("FEEDQ_PROBE"), "main_file": hasattr(sys.modules["__main__"], "__file__")}))
+print("to stderr", file=sys.stderr, flush=True)
+sys.stdout.flush()
+printed.set()
+sys.exit(int(sys.argv[-1]))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_fork_server_runs_what_python_runs(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests import _forkserver as forkserver
+
+    script = tmp_path / "probe.py"
+    script.write_text(_PROBE)
+    env = dict(os.environ, FEEDQ_PROBE="yes")
+    for argv in (["-c", _PROBE, "x", "3"], [str(script), "0"]):
+        fresh = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=50, env=env,
+                               cwd=tmp_path)
+        forked = forkserver.run(argv, env=env, cwd=tmp_path, timeout=50)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+        assert fresh.returncode == int(argv[-1]) and "non-daemon thread joined" in fresh.stdout
+    module = forkserver.run(["-m", "feedq.cli", "--version"], cwd=tmp_path, timeout=50)
+    assert module.returncode == 0 and module.stdout.startswith("feedq"), module.stderr
+    failed = forkserver.run(["-c", "raise ValueError('boom')"], timeout=50)
+    assert failed.returncode == 1 and failed.stderr.rstrip().endswith("ValueError: boom")
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run(["-c", "import time; time.sleep(60)"], timeout=0.5)
+
+
+@pytest.mark.timeout(60)
+def test_fork_server_children_run_side_by_side_with_stdin_and_signals() -> None:
+    import signal
+
+    from tests import _forkserver as forkserver
+
+    code = "import sys; data = sys.stdin.read(); print(len(data))"
+    children = [forkserver.popen(["-c", code], stdin_pipe=True) for _ in range(3)]
+    assert [c.poll() for c in children] == [None, None, None]  # all blocked reading stdin
+    a, b, c = children
+    assert a.stdin is not None and b.stdin is not None
+    a.stdin.write(b"12345")
+    a.stdin.close()
+    assert a.wait(30) == 0 and a.output() == ("5\n", "")
+    b.kill()
+    assert b.wait(30) == -signal.SIGKILL and c.poll() is None
+    c.send_signal(signal.SIGINT)  # KeyboardInterrupt: python dies of SIGINT
+    assert c.wait(30) == -signal.SIGINT and "KeyboardInterrupt" in c.output()[1]
+    b.output()
