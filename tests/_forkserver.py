@@ -310,16 +310,23 @@ def _text(path: str) -> str:
 #: Variables that change while the tests run and that nothing reads at import.
 _NOT_START_UP = ("PYTEST_CURRENT_TEST",)
 
-_ZYGOTES: dict[frozenset[tuple[str, str]], _Zygote] = {}
+#: Zygotes kept at most (about 150 MB each): the least recently used one goes first.
+MAX_ZYGOTES = 3
+
+_ZYGOTES: dict[frozenset[tuple[str, str]], _Zygote] = {}  # least recently used first
 _ZYGOTES_LOCK = threading.Lock()
 
 
 def _zygote(env: Mapping[str, str]) -> _Zygote:
     key = frozenset((k, v) for k, v in env.items() if k not in _NOT_START_UP)
     with _ZYGOTES_LOCK:
-        if key not in _ZYGOTES or _ZYGOTES[key].proc.poll() is not None:
-            _ZYGOTES[key] = _Zygote(env)
-        return _ZYGOTES[key]
+        zygote = _ZYGOTES.pop(key, None)
+        if zygote is None or zygote.proc.poll() is not None:
+            while len(_ZYGOTES) >= MAX_ZYGOTES:
+                _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
+            zygote = _Zygote(env)
+        _ZYGOTES[key] = zygote
+        return zygote
 
 
 def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
