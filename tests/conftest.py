@@ -48,9 +48,10 @@ settings.load_profile("ci" if os.environ.get("CI") else "feedq")
 
 #: Test modules whose every test is ``slow`` (seconds each; skip them with
 #: ``-m "not slow and not stress"``: a command-line ``-m`` replaces the
-#: default ``-m "not stress"`` of pyproject.toml): the Ray tests start a local Ray cluster (about 8 s) and
-#: several take 5-7 s each (measured with --durations on 2 cores).
-SLOW_MODULES = frozenset({"test_distributed_ray.py"})
+#: default ``-m "not stress"`` of pyproject.toml), as ``folder/file`` under
+#: tests/: the Ray tests start a local Ray cluster (about 8 s) and several
+#: take 5-7 s each (measured with --durations on 2 cores).
+SLOW_MODULES = frozenset({"distributed/test_ray.py"})
 
 #: Prefix of the name of every thread feedq starts.
 FEEDQ_THREAD_PREFIX = "feedq-"
@@ -60,7 +61,7 @@ LEFTOVER_GRACE_SECS = 5.0
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in SLOW_MODULES:
+        if f"{item.path.parent.name}/{item.path.name}" in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
 
 

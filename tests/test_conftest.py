@@ -154,16 +154,21 @@ def test_closed_queue_holds_the_items_then_ends() -> None:
 
 @pytest.mark.timeout(60)
 def test_ray_module_tests_are_marked_slow(pytester: pytest.Pytester) -> None:
+    # Nothing here starts a thread: the inner runs can share this process.
     pytester.makeconftest(CONFTEST.read_text(encoding="utf-8"))
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
-    pytester.makepyfile(test_distributed_ray="def test_a():\n    pass\n",
-                        test_other="def test_b():\n    pass\n")
-    slow = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", "-m", "slow")
-    slow.assert_outcomes(passed=1, deselected=1)
-    slow.stdout.no_fnmatch_line("*test_other*PASSED*")
-    quick = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not slow", "-v")
-    quick.assert_outcomes(passed=1, deselected=1)
+    pytester.mkpydir("distributed")
+    pytester.makepyfile(**{"distributed/test_ray": "def test_a():\n    pass\n",
+                           "distributed/test_local": "def test_c():\n    pass\n",
+                           "test_ray": "def test_d():\n    pass\n",
+                           "test_other": "def test_b():\n    pass\n"})
+    slow = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--strict-markers", "-m", "slow", "-v")
+    slow.assert_outcomes(passed=1, deselected=3)
+    slow.stdout.fnmatch_lines(["*distributed/test_ray.py::test_a PASSED*"])
+    quick = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-m", "not slow", "-v")
+    quick.assert_outcomes(passed=3, deselected=1)
     quick.stdout.fnmatch_lines(["*test_other.py::test_b PASSED*"])
+    quick.stdout.no_fnmatch_line("*distributed/test_ray.py::test_a*")
 
 
 def test_property_tests_have_no_wall_clock_deadline() -> None:
@@ -190,3 +195,64 @@ def test_fake_clock_moves_only_when_advanced() -> None:
     assert stopped.result() is True and clock.now() == start + 1.0
     clock.sync()
     assert clock.now() >= start + 1.0
+
+
+# -- tests/_forkserver.py: a forked child is what `python ...` would have been -----------------
+
+_PROBE = """
+import json, os, sys, threading
+printed = threading.Event()
+threading.Thread(target=lambda: printed.wait() and print("non-daemon thread joined at exit")).start()
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "name": __name__,
+                  "var": os.environ.get("FEEDQ_PROBE"), "main_file": hasattr(sys.modules["__main__"], "__file__")}))
+print("to stderr", file=sys.stderr, flush=True)
+sys.stdout.flush()
+printed.set()
+sys.exit(int(sys.argv[-1]))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_fork_server_runs_what_python_runs(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests import _forkserver as forkserver
+
+    script = tmp_path / "probe.py"
+    script.write_text(_PROBE)
+    env = dict(os.environ, FEEDQ_PROBE="yes")
+    for argv in (["-c", _PROBE, "x", "3"], [str(script), "0"]):
+        fresh = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=50, env=env,
+                               cwd=tmp_path)
+        forked = forkserver.run(argv, env=env, cwd=tmp_path, timeout=50)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+        assert fresh.returncode == int(argv[-1]) and "non-daemon thread joined" in fresh.stdout
+    module = forkserver.run(["-m", "feedq.cli", "--version"], cwd=tmp_path, timeout=50)
+    assert module.returncode == 0 and module.stdout.startswith("feedq"), module.stderr
+    failed = forkserver.run(["-c", "raise ValueError('boom')"], timeout=50)
+    assert failed.returncode == 1 and failed.stderr.rstrip().endswith("ValueError: boom")
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run(["-c", "import time; time.sleep(60)"], timeout=0.5)
+
+
+@pytest.mark.timeout(60)
+def test_fork_server_children_run_side_by_side_with_stdin_and_signals() -> None:
+    import signal
+
+    from tests import _forkserver as forkserver
+
+    code = "import sys; data = sys.stdin.read(); print(len(data))"
+    children = [forkserver.popen(["-c", code], stdin_pipe=True) for _ in range(3)]
+    assert [c.poll() for c in children] == [None, None, None]  # all blocked reading stdin
+    a, b, c = children
+    assert a.stdin is not None and b.stdin is not None
+    a.stdin.write(b"12345")
+    a.stdin.close()
+    assert a.wait(30) == 0 and a.output() == ("5\n", "")
+    b.kill()
+    assert b.wait(30) == -signal.SIGKILL and c.poll() is None
+    c.send_signal(signal.SIGINT)  # KeyboardInterrupt: python dies of SIGINT
+    assert c.wait(30) == -signal.SIGINT and "KeyboardInterrupt" in c.output()[1]
+    b.output()

@@ -1,14 +1,15 @@
-"""Every README code block and every example runs (so none goes stale)."""
+"""Every README code block and every example runs (so none goes stale), each
+in a process of its own (forked from a warm interpreter: tests/_forkserver.py)."""
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests import _forkserver as forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.py") if not p.name.startswith("_"))
@@ -27,7 +28,7 @@ def test_readme_has_python_blocks() -> None:
 @pytest.mark.parametrize("index", range(len(_python_blocks())))
 def test_readme_python_block_runs(index: int) -> None:
     code = _python_blocks()[index]
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, cwd=ROOT)
+    proc = forkserver.run(["-c", code], timeout=50, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -44,5 +45,5 @@ def test_readme_commands_name_existing_things() -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[str(p.relative_to(ROOT)) for p in EXAMPLES])
 def test_example_runs(path: Path) -> None:
     env = dict(os.environ, FEEDQ_EXAMPLE_QUICK="1")
-    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=110, cwd=ROOT, env=env)
+    proc = forkserver.run([str(path)], timeout=110, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

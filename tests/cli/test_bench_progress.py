@@ -16,6 +16,7 @@ import pytest
 
 from feedq.cli._progress import LiveProgress, bar
 from feedq.cli.datasets import make_dataset
+from tests import _forkserver as forkserver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,10 +77,10 @@ def test_off_a_terminal_plain_lines_no_escapes_and_throttled() -> None:
 
 def test_bench_progress_into_a_pipe_keeps_json_clean(tmp_path: Path) -> None:
     make_dataset(tmp_path / "d", "fixed", 20_000, files=2)
-    proc = subprocess.run(
-        [sys.executable, "-m", "feedq.cli", "bench", str(tmp_path / "d"), "--progress", "--json",
+    proc = forkserver.run(  # a process of its own, forked warm
+        ["-m", "feedq.cli", "bench", str(tmp_path / "d"), "--progress", "--json",
          "--epochs", "1000000", "--duration", "1.0", "--batch-size", "64"],
-        capture_output=True, text=True, timeout=50, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        timeout=50, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)  # stdout: the JSON and nothing else
     assert result["stopped_by"] == "duration" and result["records"] > 0

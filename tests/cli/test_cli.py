@@ -15,14 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests import _forkserver as forkserver
 from tests.conftest import sigint_default
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def feedq(*args: str, check: bool = False, timeout: float = 100) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "feedq.cli", *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    """``python -m feedq.cli ARGS`` in a process of its own (forked from a
+    warm interpreter: tests/_forkserver.py)."""
+    proc = forkserver.run(["-m", "feedq.cli", *args], timeout=timeout,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
     if check and proc.returncode != 0:
         raise AssertionError(f"feedq {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -424,8 +427,7 @@ def _no_ray_env() -> dict[str, str]:
 @pytest.mark.parametrize("front", [["-m", "feedq.cli", "cluster"], ["-m", "feedq.distributed"]])
 def test_cluster_errors_follow_the_feedq_style(front: list[str]) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, *front, *args], check=False, capture_output=True, text=True,
-                              timeout=60, env=_no_ray_env())
+        return forkserver.run([*front, *args], timeout=60, env=_no_ray_env())
 
     spec = json.dumps({"ps": ["h0:2221"]})
     proc = run("stop", "--job", "ps", "--task", "0", "--cluster", spec)

@@ -20,14 +20,18 @@ from pathlib import Path
 
 import pytest
 
+from tests import _forkserver as forkserver
+
 pytestmark = pytest.mark.timeout(120)
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 
 
 def feedq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "feedq.cli", *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    """``python -m feedq.cli ARGS`` in a process of its own (forked from a
+    warm interpreter: tests/_forkserver.py)."""
+    return forkserver.run(["-m", "feedq.cli", *args], timeout=timeout,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
 
 
 class PipeWriter(threading.Thread):

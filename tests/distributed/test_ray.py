@@ -41,6 +41,7 @@ import numpy as np
 import feedq.distributed as fd
 import feedq.errors as fd_errors
 from feedq.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from tests import _forkserver as forkserver
 from tests.distributed import test_local as cases
 from tests.distributed.test_local import DIST_TASKS, SPEC, Dist
 
@@ -81,22 +82,29 @@ for _name in cases.SEMANTIC_CASES:
 del _name
 
 
-def _client(code: str, lc: fd.LocalCluster, **kw: Any) -> subprocess.Popen[str]:
-    """Start a client process of the cluster running ``code``."""
+def _client(code: str, lc: fd.LocalCluster) -> forkserver.Child:
+    """Start a client process of the cluster running ``code`` (forked from a
+    warm interpreter: tests/_forkserver.py)."""
     prelude = "import numpy as np, feedq, feedq.distributed as fd\nfd.connect()\n"
-    return subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)],
-                            env=lc.env, cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, **kw)
+    return forkserver.popen(["-c", prelude + textwrap.dedent(code)], env=lc.env, cwd=ROOT)
 
 
-def _finish(p: subprocess.Popen[str], timeout: float = 40) -> tuple[str, str]:
+def _finish(p: forkserver.Child | subprocess.Popen[str], timeout: float = 40) -> tuple[str, str]:
     """Wait for a client process; kill it if it outlives ``timeout`` or the test fails."""
+    if isinstance(p, subprocess.Popen):
+        try:
+            return p.communicate(timeout=timeout)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate(timeout=10)
     try:
-        return p.communicate(timeout=timeout)
+        p.wait(timeout)
     finally:
         if p.poll() is None:
             p.kill()
-            p.communicate(timeout=10)
+            p.wait(10)
+    return p.output()
 
 
 def _wait(pred: Any, timeout: float, what: str) -> None:
@@ -145,7 +153,8 @@ def test_client_death_mid_dequeue_loses_nothing(dist: Dist) -> None:
         assert q.size() == 0  # the 3 are held by the blocked client's call
     finally:
         p.kill()
-        p.communicate(timeout=10)
+        p.wait(10)
+        p.output()
     t0 = time.monotonic()
     _wait(lambda: q.size() == 3, 10, "the dead client's elements to come back")
     assert time.monotonic() - t0 < 6.0
@@ -255,8 +264,7 @@ def test_server_misconfiguration_messages(dist: Dist) -> None:
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs_on_the_cluster(path: Path, dist: Dist) -> None:
-    proc = subprocess.run([sys.executable, str(path)], check=False, env=dist.cluster.env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = forkserver.run([str(path)], env=dist.cluster.env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
@@ -266,8 +274,7 @@ def test_command_line_serves_and_stops_a_task(dist: Dist) -> None:
         return [sys.executable, "-m", "feedq.distributed", *args, "--job", "spare", "--task", "0",
                 "--namespace", dist.cluster.namespace]
 
-    stop = subprocess.run(cli("stop"), check=False, env=dist.cluster.env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    stop = forkserver.run(cli("stop")[1:], env=dist.cluster.env, cwd=ROOT, timeout=60)
     assert stop.returncode == 0, stop.stderr[-2000:]
     dist.cluster.servers.pop("/job:spare/task:0", None)
     serve = subprocess.Popen(cli("serve"), env=dist.cluster.env, cwd=ROOT, text=True,
@@ -278,8 +285,7 @@ def test_command_line_serves_and_stops_a_task(dist: Dist) -> None:
         q = fd.FIFOQueue(2, np.int64, shared_name=dist.name(), task="/job:spare/task:0")
         q.enqueue(5)
         assert q.dequeue() == 5
-        stop = subprocess.run(cli("stop"), check=False, env=dist.cluster.env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+        stop = forkserver.run(cli("stop")[1:], env=dist.cluster.env, cwd=ROOT, timeout=60)
         assert stop.returncode == 0, stop.stderr[-2000:]
         assert serve.wait(timeout=30) == 0  # join() returned once the server stopped
     finally:

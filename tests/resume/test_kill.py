@@ -9,8 +9,9 @@ batch (FIFO and shuffling), at a random time while it runs (not paused),
 and, with three reader threads, mid-epoch. Deterministic trials (one runner
 thread, seeded) must continue bit for bit; threaded trials must deliver
 every record of the epoch exactly once. The children of one format run at
-the same time; the restore runs in this process (a process other than the
-killed one).
+the same time (processes forked from a warm interpreter:
+tests/_forkserver.py); the restore runs in this process (a process other
+than the killed one).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import os
 import pickle
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests import _forkserver as forkserver
 from tests.resume import _support as rs
 
 SUPPORT = Path(rs.__file__)
@@ -51,7 +52,7 @@ def _trials(total: int, seed: int) -> list[dict[str, Any]]:
     ]
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def _wait_for(path: Path, proc: forkserver.Child, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None:
@@ -85,8 +86,7 @@ def test_sigkill_and_resume(tmp_path: Path, fmt: str) -> None:
                # lands; it then waits to be killed (the kill is after its last batch).
                "hold": trial["pause_at"] < 0}
         (out / "cfg.json").write_text(json.dumps(cfg))
-        proc = subprocess.Popen([sys.executable, str(SUPPORT), str(out / "cfg.json")],
-                                stdin=subprocess.PIPE, env=env)
+        proc = forkserver.popen([str(SUPPORT), str(out / "cfg.json")], env=env, stdin_pipe=True)
         procs.append((trial, out, proc))
     try:
         # The child that is not paused first: it must still be running.
@@ -103,6 +103,8 @@ def test_sigkill_and_resume(tmp_path: Path, fmt: str) -> None:
                 proc.wait(timeout=10)
             assert proc.stdin is not None
             proc.stdin.close()
+            for text in proc.output():  # shown if the test fails
+                sys.stderr.write(text)
     for trial, out, _ in procs:
         mode = trial["mode"]
         before = _saved(out)

@@ -17,7 +17,6 @@ import functools
 import os
 import pickle
 import signal
-import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from feedq.errors import (
     OutOfRangeError,
 )
 from feedq.process import ProcessStage, process_stage
+from tests import _forkserver as forkserver
 from tests.conftest import wait_until
 from tests.process._support import no_process_leaks, own_segments, wait_dead  # noqa: F401
 from tests.resume import _builds as builds
@@ -307,12 +307,14 @@ def test_restore_in_a_new_process_after_sigkill(tmp_path: Path, csv_folder: str)
     """)
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *sys.path]))
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    proc = forkserver.popen(["-c", script], env=env)  # a process of its own, forked warm
     try:
         wait_until(out.exists, 40.0, "the saving process's state file")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+        for text in proc.output():  # shown if the test fails
+            sys.stderr.write(text)
     assert proc.returncode == -signal.SIGKILL
     got, state, pid, worker_pids = pickle.loads(out.read_bytes())
     assert wait_dead(worker_pids, 5.0) == []  # the orphaned workers leave
