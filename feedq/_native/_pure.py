@@ -69,7 +69,17 @@ def _pick_crc() -> Callable[[Any, int], int]:
     return icrar
 
 
-_crc = _pick_crc()
+_picked: Callable[[Any, int], int] | None = None
+
+
+def _crc(data: Any, value: int) -> int:
+    # Picked on first use: importing ``crc32c`` costs ~0.15 s (it pulls in
+    # importlib.metadata), which every ``import feedq`` paid even with the
+    # compiled core built.
+    global _picked
+    if _picked is None:
+        _picked = _pick_crc()
+    return _picked(data, value)
 
 
 def _check_value(value: Any) -> int:
