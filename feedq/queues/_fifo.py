@@ -90,30 +90,30 @@ class FIFOQueue(QueueBase):
         # still being copied out stay with the old columns, which the claims
         # keep (they are no longer counted busy here).
         new = [self._new_column(c, alloc) for c in self._components]
-        live = self._size + self._in_busy
+        live = self._engine.size + self._engine.in_busy
         if live:
             for dst, src in zip(new, self._cols):
                 self._ring_read(src, self._head, live, dst)
         if self._resv is not None:
-            self._resv.pos = self._size  # its commit copies the rows again
+            self._resv.pos = self._engine.size  # its commit copies the rows again
         for claim in self._claims:
             claim.stale = True
         self._claims.clear()
-        self._out_busy = 0
+        self._engine.out_busy = 0
         self._cols = new
         self._alloc = alloc
         self._head = 0
 
     def _ensure_alloc(self, needed: int) -> None:
-        super()._ensure_alloc(needed + self._in_busy)
+        super()._ensure_alloc(needed + self._engine.in_busy)
 
     def _room_for(self, k: int) -> int:
-        room = self._alloc - self._size - self._in_busy - self._out_busy
+        room = self._alloc - self._engine.size - self._engine.in_busy - self._engine.out_busy
         if room >= k:
             return k
-        if self._size + self._in_busy + k > self._alloc and (self._capacity < 0 or self._alloc < self._capacity):
-            self._ensure_alloc(self._size + k)  # a fresh layout: no slot busy
-            return min(k, self._alloc - self._size - self._in_busy)
+        if self._engine.size + self._engine.in_busy + k > self._alloc and (self._capacity < 0 or self._alloc < self._capacity):
+            self._ensure_alloc(self._engine.size + k)  # a fresh layout: no slot busy
+            return min(k, self._alloc - self._engine.size - self._engine.in_busy)
         return max(room, 0)  # the rest once the claimed slots are free
 
     def _ring_read(self, buf: np.ndarray[Any, Any], start: int, k: int, dst: np.ndarray[Any, Any]) -> None:
@@ -146,11 +146,11 @@ class FIFOQueue(QueueBase):
                 buf[: k - first] = src[start + first : start + k]
 
     def _available(self) -> int:
-        return self._size
+        return self._engine.size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
         alloc = self._alloc
-        pos = self._head + self._size
+        pos = self._head + self._engine.size
         if pos >= alloc:
             pos -= alloc
         end = pos + k
@@ -168,7 +168,7 @@ class FIFOQueue(QueueBase):
         done = _Claim(self._head, k, [], None, 0)
         done.done = True
         self._claims.append(done)
-        self._out_busy += k
+        self._engine.out_busy += k
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         # Copies first, then the head moves, then the return: no point where
@@ -207,14 +207,14 @@ class FIFOQueue(QueueBase):
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         k = chunk[0].shape[0]
-        if self._out_busy or self._alloc - self._size - self._in_busy < k:
+        if self._engine.out_busy or self._alloc - self._engine.size - self._engine.in_busy < k:
             # The slots in front are still being copied out: lay out afresh.
-            self._grow(max(self._alloc, self._size + self._in_busy + k))
+            self._grow(max(self._alloc, self._engine.size + self._engine.in_busy + k))
         self._head = (self._head - k) % self._alloc
         self._write(self._head, chunk, 0, k)
 
     def _put_one(self, row: list[Any]) -> None:
-        pos = self._head + self._size
+        pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
         if len(row) == 1:
@@ -241,13 +241,13 @@ class FIFOQueue(QueueBase):
     # -- copies outside the lock (reserve -> copy -> commit) -------------------------
 
     def _reserve(self, cols: list[np.ndarray[Any, Any]], n: int) -> _Reservation:
-        pos = self._head + self._size
+        pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
         res = _Reservation(pos, n, cols, self._cols)
         for i in self._obj_idx:  # object columns: under the lock
             self._ring_write(self._cols[i], self._alloc, pos, cols[i][:n])
-        self._in_busy = n
+        self._engine.in_busy = n
         self._resv = res
         return res
 
@@ -275,15 +275,15 @@ class FIFOQueue(QueueBase):
                 clear_ring(self._cols[i], self._alloc, res.pos, n)
         # Straight-line (no call) from here to the flush: published or released.
         self._resv = None
-        self._in_busy = 0
+        self._engine.in_busy = 0
         if copied:
-            self._size = size = self._size + n
-            self._enqueued += n
-            if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                self._peak = size
+            self._engine.size = size = self._engine.size + n
+            self._engine.enqueued += n
+            if size > self._engine.peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                self._engine.peak = size
         res.src = []
-        if self._consumers or self._producers or self._state is _CLOSING:
-            self._flush()
+        if self._consumers or self._producers or self._engine.state is _CLOSING:
+            self._engine.flush()
 
     def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> _Claim:
         head, alloc = self._head, self._alloc
@@ -298,9 +298,9 @@ class FIFOQueue(QueueBase):
         claim.objs = objs
         end = head + k
         self._head = end if end < alloc else end - alloc
-        self._size -= k
-        self._dequeued += k
-        self._out_busy += k
+        self._engine.size -= k
+        self._engine.dequeued += k
+        self._engine.out_busy += k
         self._claims.append(claim)
         return claim
 
@@ -339,14 +339,14 @@ class FIFOQueue(QueueBase):
         if not claim.stale:
             claims = self._claims
             while claims and claims[0].done:
-                self._out_busy -= claims.popleft().k
+                self._engine.out_busy -= claims.popleft().k
         claim.src = []
         if chunk is not None:
             # Interrupted: the rows go back to the front, in order (T3).
-            self._restore([chunk])
-            self._flush()
+            self._engine.restore([chunk])
+            self._engine.flush()
         elif self._producers:
-            self._flush()
+            self._engine.flush()
 
     def _claimed_rows(self, claim: _Claim) -> list[np.ndarray[Any, Any]]:
         """A claim's rows as columns, read from its slots (lock held)."""
