@@ -79,7 +79,9 @@ class FIFOQueue(QueueBase):
         # copying theirs out, oldest first (see feedq.queues._engine).
         self._resv: _Reservation | None = None
         self._claims: deque[_Claim] = deque()
-        self._row_copy = bool(self._row_kinds[0] == 1)
+        # One component whose row indexing gives a view (numeric, or an
+        # object row): _take_one copies it.
+        self._row_copy = self._one_comp and self._row_kinds[0] & 1 == 1
         self._dense_idx = [i for i, c in enumerate(self._components) if c.dense and c.dtype is not STRING]
         self._obj_idx = [i for i, c in enumerate(self._components) if not (c.dense and c.dtype is not STRING)]
         self._has_refs = bool(self._obj_idx)
@@ -154,8 +156,11 @@ class FIFOQueue(QueueBase):
         if pos >= alloc:
             pos -= alloc
         end = pos + k
-        if end <= alloc and start == 0 and k == cols[0].shape[0]:
+        if end <= alloc and start == 0 and len(cols[0]) == k:
             # A whole batch into one segment: the common case.
+            if self._one_comp:
+                self._cols[0][pos:end] = cols[0]
+                return
             for buf, src in zip(self._cols, cols):
                 buf[pos:end] = src
             return
@@ -181,13 +186,18 @@ class FIFOQueue(QueueBase):
         head, alloc = self._head, self._alloc
         end = head + k
         if outs is None:
-            result = []
             if end <= alloc:  # one contiguous segment: the common case
+                if self._one_comp:
+                    result = [self._cols[0][head:end].copy()]
+                    self._head = end if end < alloc else 0
+                    return result
+                result = []
                 for buf in self._cols:
                     result.append(buf[head:end].copy())
                 self._head = end if end < alloc else 0
                 return result
             end -= alloc
+            result = []
             for buf in self._cols:
                 result.append(np.concatenate((buf[head:], buf[:end])))
             self._head = end
@@ -213,27 +223,28 @@ class FIFOQueue(QueueBase):
         self._head = (self._head - k) % self._alloc
         self._write(self._head, chunk, 0, k)
 
-    def _put_one(self, row: list[Any]) -> None:
+    def _put_one(self, value: Any) -> None:
         pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
-        if len(row) == 1:
-            self._cols[0][pos] = row[0]
+        if self._one_comp:
+            self._cols[0][pos] = value
             return
-        for buf, value in zip(self._cols, row):
-            buf[pos] = value
+        for buf, v in zip(self._cols, value):
+            buf[pos] = v
 
-    def _take_one(self) -> list[Any]:
+    def _take_one(self) -> Any:
         if self._claims:
             self._keep_busy(1)
         pos = self._head
-        if self._single_numeric:
-            # One dense numeric component: index (a scalar) or copy the row.
+        if self._one_comp:
+            # Index (a scalar, or a reference) or copy the row (a view of
+            # the ring until copied).
             v = self._cols[0][pos]
             if self._row_copy:
-                v = v.copy()  # a row: a view of the ring until copied
+                v = v.copy()
             self._head = pos + 1 if pos + 1 < self._alloc else 0
-            return [v]
+            return v
         row = [buf[pos].copy() if kind & 1 else buf[pos] for buf, kind in zip(self._cols, self._row_kinds)]
         self._head = pos + 1 if pos + 1 < self._alloc else 0
         return row

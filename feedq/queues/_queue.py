@@ -59,6 +59,8 @@ _INITIAL_ALLOC = 64
 # The take path's modes, and the call each one is (for messages).
 _ONE, _MANY, _UP_TO, _AVAILABLE = 0, 1, 2, 3
 _TAKE_OPS = ("dequeue", "dequeue_many", "dequeue_up_to", "dequeue_available")
+# The take path's "nothing taken yet" (an element's value may be any object).
+_NOTHING: Any = object()
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,15 @@ class QueueBase(metaclass=SharedByName):
         self._cols: list[np.ndarray[Any, Any]] = []  # guarded by self._mutex
         # Facts for the fast paths, fixed at construction.
         self._single = names is None and len(components) == 1
+        # An element is one value (not a list of them) for the one-element
+        # hooks, _put_one and _take_one.
+        self._one_comp = len(components) == 1
+        # Class facts copied to the instance: an instance attribute is
+        # cheaper to read than a class attribute through the instance.
+        self._all_stored_available = self._all_available
+        # A dequeue_many of more than this many may never complete (the
+        # all-or-nothing kinds': capacity); checked by _check_batch_feasible.
+        self._batch_limit = capacity if self._all_or_nothing and capacity >= 0 else 1 << 62
         self._size_limit = capacity if capacity >= 0 else 1 << 62
         self._all_shaped = all(c.shape is not None for c in components)
         self._all_dense = all(c.dense for c in components)
@@ -365,13 +376,17 @@ class QueueBase(metaclass=SharedByName):
             check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise _enqueue_cancelled(cancel)
+        # The element as _put_one takes it: its value for one component, else
+        # the list of its component values.
         if type(vals) is np.ndarray and vals.dtype is self._dtype0 and vals.shape == self._shape0:
-            row = [vals]  # already what the column holds (Component.convert_one, inline)
+            value: Any = vals  # already what the column holds (Component.convert_one, inline)
         elif self._single and not isinstance(vals, (list, tuple, dict)):
-            row = [self._components[0].convert_one(vals, self._wheres[0])]
+            value = self._components[0].convert_one(vals, self._wheres[0])
         else:
-            row = self._codec.convert_row(vals)
-        self._put_path(row, 1, timeout, cancel, True)
+            value = self._codec.convert_row(vals)
+            if self._one_comp:
+                value = value[0]
+        self._put_path(value, 1, timeout, cancel, True)
 
     def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
         """Insert the rows of a batch as elements, in order.
@@ -413,10 +428,10 @@ class QueueBase(metaclass=SharedByName):
         self.enqueue(vals, timeout=0)
 
     def _put_path(
-        self, vals: list[Any], n: int, timeout: float | None, cancel: CancelToken | None, one: bool,
+        self, vals: Any, n: int, timeout: float | None, cancel: CancelToken | None, one: bool,
     ) -> None:
         """The one put path: ``n > 0`` converted rows (``one``: one element as
-        component values, else columns), timeout and token checked.
+        :meth:`_put_one` takes it, else columns), timeout and token checked.
 
         Try now: nobody ahead in line (nor a batch being copied in) and room
         for all ``n``; then the storage hook stores them under the lock (or,
@@ -466,7 +481,7 @@ class QueueBase(metaclass=SharedByName):
             engine.run_reserved(res)  # copy with the lock released, then commit
             return
         if one:
-            vals = self._codec.row_to_cols(vals)
+            vals = self._codec.row_to_cols([vals] if self._one_comp else vals)
         engine.run_enqueue(_Enqueue(vals, n, cancel), timeout, "enqueue" if one else "enqueue_many")
 
     def put_back(self, vals: Any, *, many: bool = True) -> None:
@@ -518,7 +533,7 @@ class QueueBase(metaclass=SharedByName):
             check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise cancel.error()
-        return self._take_path(1, timeout, cancel, None, _ONE)
+        return self._take_path(1, timeout, cancel, None, _ONE, True)
 
     def dequeue_nowait(self) -> Any:
         """:meth:`dequeue` with ``timeout=0``."""
@@ -612,7 +627,7 @@ class QueueBase(metaclass=SharedByName):
         return itself and the caller's assignment of the result are not.
         """
         engine = self._engine
-        chunk: list[Any] | None = None
+        chunk: Any = _NOTHING  # the rows taken now (one element: as _take_one returns it)
         att: _Dequeue | None = None
         outs: list[np.ndarray[Any, Any]] | None = None
         k = n
@@ -620,7 +635,7 @@ class QueueBase(metaclass=SharedByName):
             if mode == _ONE:
                 with self._mutex:
                     size = engine.size
-                    if not self._consumers and (size if self._all_available else self._available()):
+                    if not self._consumers and (size if self._all_stored_available else self._available()):
                         engine.takes += 1
                         engine.fill_sum += size
                         chunk = self._take_one()
@@ -631,8 +646,10 @@ class QueueBase(metaclass=SharedByName):
                             self._forget(1)
                         if self._producers:
                             engine.flush()
-                if chunk is not None:
-                    return chunk[0] if self._single else pack_values(chunk, self._names)
+                if chunk is not _NOTHING:
+                    if self._single:
+                        return chunk
+                    return pack_values([chunk] if self._one_comp else chunk, self._names)
             else:
                 # dequeue_many / dequeue_up_to / dequeue_available: validate.
                 if type(n) is not int:
@@ -654,12 +671,12 @@ class QueueBase(metaclass=SharedByName):
                     outs = self._codec.check_out(out, n)
                 if n == 0:
                     return self._batch([], 0, outs, padded)
-                if mode == _MANY:
+                if mode == _MANY and n > self._batch_limit:
                     self._check_batch_feasible(n)
                 claim = None
                 with self._mutex:
                     size = engine.size
-                    avail = size if self._all_available else self._available()
+                    avail = size if self._all_stored_available else self._available()
                     if not self._consumers and (avail >= n or (mode == _AVAILABLE and avail > 0)):
                         engine.takes += 1
                         engine.fill_sum += size
@@ -681,7 +698,7 @@ class QueueBase(metaclass=SharedByName):
                                 engine.flush()
                 if claim is not None:
                     chunk = engine.run_claimed(claim)  # copy with the lock released, then free the slots
-                if chunk is not None:
+                if chunk is not _NOTHING:
                     if outs is None and self._all_dense:
                         return chunk[0] if self._single else pack_values(chunk, self._names)
                     return self._batch([chunk], k, outs, padded)
@@ -697,9 +714,9 @@ class QueueBase(metaclass=SharedByName):
             return self._batch(att.chunks, att.count, outs, padded)
         except BaseException:
             # The rows never reached the caller: back to the front, in order.
-            if chunk is not None:
+            if chunk is not _NOTHING:
                 if mode == _ONE:
-                    chunk = self._codec.row_to_cols(chunk)
+                    chunk = self._codec.row_to_cols([chunk] if self._one_comp else chunk)
                 elif outs is not None:
                     chunk = [buf[:k].copy() for buf in outs]
                 with self._mutex:
@@ -743,7 +760,8 @@ class QueueBase(metaclass=SharedByName):
         return self._codec.assemble([cols], int(cols[0].shape[0]), None)
 
     def _check_batch_feasible(self, n: int) -> None:
-        """Hook: reject a batch that can never complete (PriorityQueue)."""
+        """Hook: reject a batch that can never complete (PriorityQueue);
+        called for ``n`` above ``_batch_limit`` only."""
 
     # -- close / cancel -----------------------------------------------------------
 
@@ -880,9 +898,10 @@ class QueueBase(metaclass=SharedByName):
         """Store rows ``[start, start + k)`` of ``cols`` (room is guaranteed)."""
         raise NotImplementedError
 
-    def _put_one(self, row: list[Any]) -> None:
-        """Store one element given as converted component values."""
-        self._put(self._codec.row_to_cols(row), 0, 1)
+    def _put_one(self, value: Any) -> None:
+        """Store one element: its converted value for a queue of one
+        component, else the list of its converted component values."""
+        self._put(self._codec.row_to_cols([value] if self._one_comp else value), 0, 1)
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         """Remove ``k`` elements; write them to ``outs[i][offset:offset+k]``
@@ -893,9 +912,11 @@ class QueueBase(metaclass=SharedByName):
         """Drop the object references the storage still holds to the ``k``
         elements just taken (kinds whose ``_take`` leaves them: ``_has_refs``)."""
 
-    def _take_one(self) -> list[Any]:
-        """Remove one element and return its component values."""
+    def _take_one(self) -> Any:
+        """Remove one element and return it as :meth:`_put_one` takes it."""
         chunk = self._take(1, None, 0)
+        if self._one_comp:
+            return chunk[0][0]
         return [c[0] for c in chunk]
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:

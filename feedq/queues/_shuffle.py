@@ -105,12 +105,15 @@ class RandomShuffleQueue(QueueBase):
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         self._put(chunk, 0, chunk[0].shape[0])
 
-    def _put_one(self, row: list[Any]) -> None:
+    def _put_one(self, value: Any) -> None:
         pos = self._engine.size
-        for buf, value in zip(self._cols, row):
-            buf[pos] = value
+        if self._one_comp:
+            self._cols[0][pos] = value
+            return
+        for buf, v in zip(self._cols, value):
+            buf[pos] = v
 
-    def _take_one(self) -> list[Any]:
+    def _take_one(self) -> Any:
         last = self._engine.size - 1
         pos = int(self._rng.integers(0, self._engine.size))
         row = self._read_row(pos)
@@ -119,7 +122,7 @@ class RandomShuffleQueue(QueueBase):
                 buf[pos] = buf[last]
         for buf in self._cols:
             clear_refs(buf, last)
-        return row
+        return row[0] if self._one_comp else row
 
     def _draw_sparse(self, k: int) -> np.ndarray[Any, Any]:
         """k distinct positions in [0, size) with size > 4k, uniformly, in random order."""

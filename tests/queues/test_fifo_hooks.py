@@ -52,9 +52,10 @@ class _ShiftHooks:
         for buf, src in zip(self._cols, cols):
             buf[self._engine.size : self._engine.size + k] = src[start : start + k]
 
-    def _put_one(self, row: list[Any]) -> None:
-        for buf, value in zip(self._cols, row):
-            buf[self._engine.size] = value
+    def _put_one(self, value: Any) -> None:
+        row = [value] if len(self._cols) == 1 else value
+        for buf, v in zip(self._cols, row):
+            buf[self._engine.size] = v
 
     def _take(self, k: int, outs: list[Any] | None, offset: int) -> list[Any]:
         result = []
@@ -69,8 +70,9 @@ class _ShiftHooks:
                 buf[size - k : size] = None
         return result
 
-    def _take_one(self) -> list[Any]:
-        return [c[0] for c in self._take(1, None, 0)]
+    def _take_one(self) -> Any:
+        row = [c[0] for c in self._take(1, None, 0)]
+        return row[0] if len(row) == 1 else row
 
     def _putback(self, chunk: list[Any]) -> None:
         k = chunk[0].shape[0]
