@@ -471,7 +471,7 @@ class QueueEngine:
         slots. Whatever interrupts it, the rows that do not reach the
         caller go back to the front in order."""
         store = self.store
-        chunk = None
+        chunk: list[np.ndarray[Any, Any]] | None = None
         try:
             chunk = store._copy_out(claim)
             with self.mutex:
