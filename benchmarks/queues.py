@@ -20,10 +20,13 @@
     the order alternating), each reporting the calling thread's CPU time
     per call (time.thread_time, so other processes on a shared machine
     count less) and 1P+1C pairs per process CPU-second; medians and ranges
-    over the rounds, and the ratio of the medians.
+    over the rounds, and the ratio of the medians. With --instructions, the
+    interpreter instructions per call pair instead (valgrind's callgrind,
+    one run per tree, 1,000 pairs per case): a count the load of a shared
+    machine does not change, so small differences show.
 
 Run: python benchmarks/queues.py [--quick]
-     python benchmarks/queues.py --against ../base [--rounds 5]
+     python benchmarks/queues.py --against ../base [--rounds 5] [--instructions]
 """
 
 from __future__ import annotations
@@ -352,6 +355,46 @@ def against_rows(other: str, rounds: int, quick: bool) -> list[list[str]]:
     return rows
 
 
+INSTRUCTION_PAIRS = 1000
+
+
+def per_call_marks() -> None:
+    """(g) --instructions, in the process valgrind runs: each case's pairs
+    between two ``time.sleep`` calls, where callgrind dumps its counts."""
+    for _label, make, _calls in PER_CALL_CASES:
+        run = make()
+        run(100)
+        time.sleep(1e-6)
+        run(INSTRUCTION_PAIRS)
+        time.sleep(1e-6)
+
+
+def _callgrind_per_pair(root: str, here: str, out_dir: str) -> list[float]:
+    out = os.path.join(out_dir, "cg")
+    cmd = ["valgrind", "--tool=callgrind", "--dump-before=*nanosleep*", f"--callgrind-out-file={out}",
+           sys.executable, os.path.join(here, "benchmarks", "queues.py"), "--per-call-marks"]
+    subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=root), cwd=root, capture_output=True, check=True)
+    totals = []
+    dumps = [f for f in os.listdir(out_dir) if f.startswith("cg.")]
+    for name in sorted(dumps, key=lambda f: int(f.rsplit(".", 1)[1])):
+        with open(os.path.join(out_dir, name)) as f:
+            totals.append(next(int(line.split()[1]) for line in f if line.startswith("summary:")))
+    # Dump 2k+1 holds case k's measured pairs (2k: its set-up and warm-up).
+    return [totals[2 * k + 1] / INSTRUCTION_PAIRS for k in range(len(PER_CALL_CASES))]
+
+
+def instruction_rows(other: str) -> list[list[str]]:
+    """(g) --instructions: interpreter instructions per pair, ``other`` and this tree."""
+    import tempfile
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as before_dir, tempfile.TemporaryDirectory() as after_dir:
+        before = _callgrind_per_pair(os.path.abspath(other), here, before_dir)
+        after = _callgrind_per_pair(here, here, after_dir)
+    return [[f"(g) instructions per pair, {label}", f"{a:,.0f}", f"before {b:,.0f}", f"{a / b:.3f}x", "(info)"]
+            for (label, _, _), a, b in zip(PER_CALL_CASES, after, before)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats and elements")
@@ -361,10 +404,20 @@ def main() -> None:
     ap.add_argument("--against", metavar="TREE", default=None,
                     help="(g) only: per-call CPU time beside the feedq checkout at TREE")
     ap.add_argument("--rounds", type=int, default=5, help="(g): rounds of each tree")
+    ap.add_argument("--instructions", action="store_true",
+                    help="(g): interpreter instructions per pair (valgrind callgrind) instead of CPU time")
     ap.add_argument("--per-call-json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--per-call-marks", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.per_call_json:  # one (g) round of the tree on PYTHONPATH
         print(json.dumps(per_call_figures(args.quick)))
+        return
+    if args.per_call_marks:
+        per_call_marks()
+        return
+    if args.against is not None and args.instructions:
+        header("feedq queue per-call interpreter instructions, before and after")
+        print(table(instruction_rows(args.against), ["measure", "after", "before", "ratio", "target"]))
         return
     if args.against is not None:
         header("feedq queue per-call cost, before and after, one run")

@@ -110,12 +110,13 @@ class FIFOQueue(QueueBase):
         super()._ensure_alloc(needed + self._engine.in_busy)
 
     def _room_for(self, k: int) -> int:
-        room = self._alloc - self._engine.size - self._engine.in_busy - self._engine.out_busy
+        engine = self._engine
+        room = self._alloc - engine.size - engine.in_busy - engine.out_busy
         if room >= k:
             return k
-        if self._engine.size + self._engine.in_busy + k > self._alloc and (self._capacity < 0 or self._alloc < self._capacity):
-            self._ensure_alloc(self._engine.size + k)  # a fresh layout: no slot busy
-            return min(k, self._alloc - self._engine.size - self._engine.in_busy)
+        if engine.size + engine.in_busy + k > self._alloc and (self._capacity < 0 or self._alloc < self._capacity):
+            self._ensure_alloc(engine.size + k)  # a fresh layout: no slot busy
+            return min(k, self._alloc - engine.size - engine.in_busy)
         return max(room, 0)  # the rest once the claimed slots are free
 
     def _ring_read(self, buf: np.ndarray[Any, Any], start: int, k: int, dst: np.ndarray[Any, Any]) -> None:
@@ -217,9 +218,10 @@ class FIFOQueue(QueueBase):
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         k = chunk[0].shape[0]
-        if self._engine.out_busy or self._alloc - self._engine.size - self._engine.in_busy < k:
+        engine = self._engine
+        if engine.out_busy or self._alloc - engine.size - engine.in_busy < k:
             # The slots in front are still being copied out: lay out afresh.
-            self._grow(max(self._alloc, self._engine.size + self._engine.in_busy + k))
+            self._grow(max(self._alloc, engine.size + engine.in_busy + k))
         self._head = (self._head - k) % self._alloc
         self._write(self._head, chunk, 0, k)
 
@@ -284,17 +286,18 @@ class FIFOQueue(QueueBase):
         if not copied:
             for i in self._obj_idx:  # drop the references stored at reserve time
                 clear_ring(self._cols[i], self._alloc, res.pos, n)
+        engine = self._engine
         # Straight-line (no call) from here to the flush: published or released.
         self._resv = None
-        self._engine.in_busy = 0
+        engine.in_busy = 0
         if copied:
-            self._engine.size = size = self._engine.size + n
-            self._engine.enqueued += n
-            if size > self._engine.peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                self._engine.peak = size
+            engine.size = size = engine.size + n
+            engine.enqueued += n
+            if size > engine.peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                engine.peak = size
         res.src = []
-        if self._consumers or self._producers or self._engine.state is _CLOSING:
-            self._engine.flush()
+        if self._consumers or self._producers or engine.state is _CLOSING:
+            engine.flush()
 
     def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> _Claim:
         head, alloc = self._head, self._alloc
@@ -309,9 +312,10 @@ class FIFOQueue(QueueBase):
         claim.objs = objs
         end = head + k
         self._head = end if end < alloc else end - alloc
-        self._engine.size -= k
-        self._engine.dequeued += k
-        self._engine.out_busy += k
+        engine = self._engine
+        engine.size -= k
+        engine.dequeued += k
+        engine.out_busy += k
         self._claims.append(claim)
         return claim
 

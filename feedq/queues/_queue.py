@@ -1,9 +1,13 @@
 """QueueBase: the public queue API (construction, calls, close, statistics).
 
-The calls convert and validate their arguments, try a fast path under the
-lock (nobody ahead in line and the call can finish now), and otherwise hand
-an attempt to the engine (:mod:`feedq.queues._engine`), which queues it and
-waits. Close never blocks: ``close()`` rejects new enqueues at once and lets
+A queue has an engine (:class:`QueueEngine`, :mod:`feedq.queues._engine`:
+the lock, the lines of waiting calls, the close state, the counters) and a
+codec (``ElementCodec``: conversion in and out); the kinds supply storage
+hooks. Every enqueue call goes through one put path and every dequeue call
+through one take path: the call's arguments converted and checked, a try
+under the lock (nobody ahead in line and the call can finish now) that calls
+one storage hook, and otherwise an attempt handed to the engine, which
+queues it and waits. Close never blocks: ``close()`` rejects new enqueues at once and lets
 enqueues that were already pending finish (TF1 made close() itself wait for
 them, Q23); once none is pending, dequeues that cannot be satisfied fail with
 ``OutOfRangeError``. ``cancel(cause)`` closes and fails every pending and
@@ -418,7 +422,7 @@ class QueueBase(metaclass=SharedByName):
             cols = [vals]  # already a column (Component.convert_many, inline)
         else:
             cols = self._codec.convert_batch(vals)
-        n = cols[0].shape[0]
+        n = len(cols[0])  # a column has a leading batch dimension (ndim >= 1)
         if n == 0:
             return
         self._put_path(cols, n, timeout, cancel, False)
