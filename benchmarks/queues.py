@@ -11,18 +11,36 @@
 (d) memory of a FIFOQueue holding 1M float32[32] elements vs the payload;
 (f) us per enqueue_many + dequeue_many pair of 64 and 1024 rows with 1, 2 and 4
     components (float32[32] + int64 columns; and + a string column), one
-    thread, against the bare NumPy copies a pair makes (in and out).
+    thread, against the floor: the NumPy copies a pair must make (the rows
+    into preallocated columns, and out again as new arrays), so the ratio is
+    what the queue's bookkeeping costs on top of its copies.
+(g) --against TREE: the per-call costs of this tree beside another checkout
+    of feedq (the code before a change), measured in ONE run: each round
+    runs both trees in a fresh subprocess (PYTHONPATH=TREE, then this tree,
+    the order alternating), each reporting the calling thread's CPU time
+    per call (time.thread_time, so other processes on a shared machine
+    count less) and 1P+1C pairs per process CPU-second; medians and ranges
+    over the rounds, and the ratio of the medians. With --instructions, the
+    interpreter instructions per call pair instead (valgrind's callgrind,
+    one run per tree, 1,000 pairs per case): a count the load of a shared
+    machine does not change, so small differences show.
 
 Run: python benchmarks/queues.py [--quick]
+     python benchmarks/queues.py --against ../base [--rounds 5] [--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import queue as pyqueue
 import statistics
+import subprocess
+import sys
 import threading
+import time
 import tracemalloc
 from typing import Any
 
@@ -235,13 +253,177 @@ def memory_ratio(n: int) -> tuple[float, float]:
     return used / payload, used / 1e6
 
 
+# -- (g) per-call CPU time, this tree beside another ------------------------------------
+
+
+def _cpu_us_per_call(run: Any, calls: int, rounds: int) -> float:
+    """Median thread CPU microseconds per call of ``run(calls)`` (after a warm-up)."""
+    run(max(1, calls // 10))
+    per = []
+    for _ in range(rounds):
+        t0 = time.thread_time()
+        run(calls)
+        per.append((time.thread_time() - t0) / calls * 1e6)
+    return statistics.median(per)
+
+
+def _pair_one(shape: tuple[int, ...]) -> Any:
+    q = FIFOQueue(1024, np.float32, shapes=[list(shape)])
+    item = np.zeros(shape, np.float32)
+
+    def run(n: int) -> None:
+        put, take = q.enqueue, q.dequeue
+        for _ in range(n):
+            put(item)
+            take()
+    return run
+
+
+def _pair_many(ncomp: int, rows: int, string: bool) -> Any:
+    dtypes, shapes, cols = _component_cols(ncomp, rows, string)
+    q = FIFOQueue(4 * rows, dtypes, shapes=shapes)
+    vals = cols[0] if len(cols) == 1 else cols
+
+    def run(n: int) -> None:
+        put, take = q.enqueue_many, q.dequeue_many
+        for _ in range(n):
+            put(vals)
+            take(rows)
+    return run
+
+
+def _threaded_pairs_per_cpu_s(n: int) -> float:
+    """1P+1C enqueue/dequeue pairs of float32[32] per CPU-second of the process."""
+    q = FIFOQueue(1024, np.float32, shapes=[[WIDTH]])
+    item = np.zeros((WIDTH,), np.float32)
+
+    def produce() -> None:
+        for _ in range(n):
+            q.enqueue(item)
+    t0 = time.process_time()
+    t = threading.Thread(target=produce)
+    t.start()
+    for _ in range(n):
+        q.dequeue()
+    t.join()
+    return n / (time.process_time() - t0)
+
+
+PER_CALL_CASES = [
+    ("enqueue+dequeue, float32[]", lambda: _pair_one(()), 50_000),
+    ("enqueue+dequeue, float32[32]", lambda: _pair_one((WIDTH,)), 50_000),
+    ("enqueue_many+dequeue_many, 64 x f32[32]", lambda: _pair_many(1, 64, False), 20_000),
+    ("enqueue_many+dequeue_many, 64 x f32[32] + int64", lambda: _pair_many(2, 64, False), 10_000),
+    ("enqueue_many+dequeue_many, 64 x f32[32] + 3 int64", lambda: _pair_many(4, 64, False), 10_000),
+    ("enqueue_many+dequeue_many, 64 x f32[32] + int64 + string", lambda: _pair_many(2, 64, True), 5_000),
+    ("enqueue_many+dequeue_many, 1024 x f32[32]", lambda: _pair_many(1, 1024, False), 3_000),
+]
+THREADED = "1P+1C pairs per CPU-second, float32[32] (thousands)"
+
+
+def per_call_figures(quick: bool) -> dict[str, float]:
+    """This process's figures for (g): us per call pair, and 1P+1C kpairs/CPU-s."""
+    scale = 5 if quick else 1
+    out = {}
+    for label, make, calls in PER_CALL_CASES:
+        out[label] = _cpu_us_per_call(make(), calls // scale, 3)
+    out[THREADED] = statistics.median(_threaded_pairs_per_cpu_s(50_000 // scale) for _ in range(3)) / 1e3
+    return out
+
+
+def against_rows(other: str, rounds: int, quick: bool) -> list[list[str]]:
+    """(g): this tree and ``other`` in alternating subprocesses, ``rounds`` each."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = [("before", os.path.abspath(other)), ("after", here)]
+    got: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for r in range(rounds):
+        for name, root in trees if r % 2 == 0 else trees[::-1]:
+            cmd = [sys.executable, os.path.join(here, "benchmarks", "queues.py"), "--per-call-json"]
+            if quick:
+                cmd.append("--quick")
+            env = dict(os.environ, PYTHONPATH=root)
+            done = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, check=True)
+            got[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    rows = []
+    for label in [c[0] for c in PER_CALL_CASES] + [THREADED]:
+        b = [x[label] for x in got["before"]]
+        a = [x[label] for x in got["after"]]
+        mb, ma = statistics.median(b), statistics.median(a)
+        unit = "" if label == THREADED else " us"
+        rows.append([f"(g) {label}", f"{ma:,.2f}{unit} [{min(a):,.2f}-{max(a):,.2f}]",
+                     f"before {mb:,.2f}{unit} [{min(b):,.2f}-{max(b):,.2f}]", f"{ma / mb:.3f}x", "(info)"])
+    return rows
+
+
+INSTRUCTION_PAIRS = 1000
+
+
+def per_call_marks() -> None:
+    """(g) --instructions, in the process valgrind runs: each case's pairs
+    between two ``time.sleep`` calls, where callgrind dumps its counts."""
+    for _label, make, _calls in PER_CALL_CASES:
+        run = make()
+        run(100)
+        time.sleep(1e-6)
+        run(INSTRUCTION_PAIRS)
+        time.sleep(1e-6)
+
+
+def _callgrind_per_pair(root: str, here: str, out_dir: str) -> list[float]:
+    out = os.path.join(out_dir, "cg")
+    cmd = ["valgrind", "--tool=callgrind", "--dump-before=*nanosleep*", f"--callgrind-out-file={out}",
+           sys.executable, os.path.join(here, "benchmarks", "queues.py"), "--per-call-marks"]
+    subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=root), cwd=root, capture_output=True, check=True)
+    totals = []
+    dumps = [f for f in os.listdir(out_dir) if f.startswith("cg.")]
+    for name in sorted(dumps, key=lambda f: int(f.rsplit(".", 1)[1])):
+        with open(os.path.join(out_dir, name)) as f:
+            totals.append(next(int(line.split()[1]) for line in f if line.startswith("summary:")))
+    # Dump 2k+1 holds case k's measured pairs (2k: its set-up and warm-up).
+    return [totals[2 * k + 1] / INSTRUCTION_PAIRS for k in range(len(PER_CALL_CASES))]
+
+
+def instruction_rows(other: str) -> list[list[str]]:
+    """(g) --instructions: interpreter instructions per pair, ``other`` and this tree."""
+    import tempfile
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as before_dir, tempfile.TemporaryDirectory() as after_dir:
+        before = _callgrind_per_pair(os.path.abspath(other), here, before_dir)
+        after = _callgrind_per_pair(here, here, after_dir)
+    return [[f"(g) instructions per pair, {label}", f"{a:,.0f}", f"before {b:,.0f}", f"{a / b:.3f}x", "(info)"]
+            for (label, _, _), a, b in zip(PER_CALL_CASES, after, before)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats and elements")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--only", choices=["all", "components"], default="all",
                     help="components: only the (f) rows")
+    ap.add_argument("--against", metavar="TREE", default=None,
+                    help="(g) only: per-call CPU time beside the feedq checkout at TREE")
+    ap.add_argument("--rounds", type=int, default=5, help="(g): rounds of each tree")
+    ap.add_argument("--instructions", action="store_true",
+                    help="(g): interpreter instructions per pair (valgrind callgrind) instead of CPU time")
+    ap.add_argument("--per-call-json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--per-call-marks", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.per_call_json:  # one (g) round of the tree on PYTHONPATH
+        print(json.dumps(per_call_figures(args.quick)))
+        return
+    if args.per_call_marks:
+        per_call_marks()
+        return
+    if args.against is not None and args.instructions:
+        header("feedq queue per-call interpreter instructions, before and after")
+        print(table(instruction_rows(args.against), ["measure", "after", "before", "ratio", "target"]))
+        return
+    if args.against is not None:
+        header("feedq queue per-call cost, before and after, one run")
+        print(table(against_rows(args.against, args.rounds, args.quick),
+                    ["measure", "after", "before", "ratio", "target"]))
+        return
     repeats = args.repeats or (3 if args.quick else 7)
 
     header("feedq queue benchmark")

@@ -5,8 +5,10 @@ See ``docs/queue-api.md`` for the contract and ``docs/tf1-compat.md``, rules
 Q1–Q43 and T1–T4, for the behaviour they follow.
 
 Modules, one idea each: ``_spec`` (element specs, value conversion),
-``_cancel`` (CancelToken, how a call waits), ``_engine`` (pending attempts,
-flush, waits, withdrawal), ``_queue`` (QueueBase: the public API),
+``_cancel`` (CancelToken, how a call waits), ``_engine`` (a queue's engine:
+its lock, lines, close state and counters; pending attempts, flush, waits,
+withdrawal), ``_queue`` (QueueBase: the public API, the one put path and
+the one take path, the storage hooks' contract),
 one module per kind's storage (``_fifo``, ``_padding``, ``_shuffle``,
 ``_priority``; ``_refs``: dropping an object column's references),
 ``_select`` (``from_list``), ``_registry`` (shared resources by name),

@@ -79,7 +79,9 @@ class FIFOQueue(QueueBase):
         # copying theirs out, oldest first (see feedq.queues._engine).
         self._resv: _Reservation | None = None
         self._claims: deque[_Claim] = deque()
-        self._row_copy = bool(self._row_kinds[0] == 1)
+        # One component whose row indexing gives a view (numeric, or an
+        # object row): _take_one copies it.
+        self._row_copy = self._one_comp and self._row_kinds[0] & 1 == 1
         self._dense_idx = [i for i, c in enumerate(self._components) if c.dense and c.dtype is not STRING]
         self._obj_idx = [i for i, c in enumerate(self._components) if not (c.dense and c.dtype is not STRING)]
         self._has_refs = bool(self._obj_idx)
@@ -90,30 +92,31 @@ class FIFOQueue(QueueBase):
         # still being copied out stay with the old columns, which the claims
         # keep (they are no longer counted busy here).
         new = [self._new_column(c, alloc) for c in self._components]
-        live = self._size + self._in_busy
+        live = self._engine.size + self._engine.in_busy
         if live:
             for dst, src in zip(new, self._cols):
                 self._ring_read(src, self._head, live, dst)
         if self._resv is not None:
-            self._resv.pos = self._size  # its commit copies the rows again
+            self._resv.pos = self._engine.size  # its commit copies the rows again
         for claim in self._claims:
             claim.stale = True
         self._claims.clear()
-        self._out_busy = 0
+        self._engine.out_busy = 0
         self._cols = new
         self._alloc = alloc
         self._head = 0
 
     def _ensure_alloc(self, needed: int) -> None:
-        super()._ensure_alloc(needed + self._in_busy)
+        super()._ensure_alloc(needed + self._engine.in_busy)
 
     def _room_for(self, k: int) -> int:
-        room = self._alloc - self._size - self._in_busy - self._out_busy
+        engine = self._engine
+        room = self._alloc - engine.size - engine.in_busy - engine.out_busy
         if room >= k:
             return k
-        if self._size + self._in_busy + k > self._alloc and (self._capacity < 0 or self._alloc < self._capacity):
-            self._ensure_alloc(self._size + k)  # a fresh layout: no slot busy
-            return min(k, self._alloc - self._size - self._in_busy)
+        if engine.size + engine.in_busy + k > self._alloc and (self._capacity < 0 or self._alloc < self._capacity):
+            self._ensure_alloc(engine.size + k)  # a fresh layout: no slot busy
+            return min(k, self._alloc - engine.size - engine.in_busy)
         return max(room, 0)  # the rest once the claimed slots are free
 
     def _ring_read(self, buf: np.ndarray[Any, Any], start: int, k: int, dst: np.ndarray[Any, Any]) -> None:
@@ -146,16 +149,19 @@ class FIFOQueue(QueueBase):
                 buf[: k - first] = src[start + first : start + k]
 
     def _available(self) -> int:
-        return self._size
+        return self._engine.size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
         alloc = self._alloc
-        pos = self._head + self._size
+        pos = self._head + self._engine.size
         if pos >= alloc:
             pos -= alloc
         end = pos + k
-        if end <= alloc and start == 0 and k == cols[0].shape[0]:
+        if end <= alloc and start == 0 and len(cols[0]) == k:
             # A whole batch into one segment: the common case.
+            if self._one_comp:
+                self._cols[0][pos:end] = cols[0]
+                return
             for buf, src in zip(self._cols, cols):
                 buf[pos:end] = src
             return
@@ -168,7 +174,7 @@ class FIFOQueue(QueueBase):
         done = _Claim(self._head, k, [], None, 0)
         done.done = True
         self._claims.append(done)
-        self._out_busy += k
+        self._engine.out_busy += k
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
         # Copies first, then the head moves, then the return: no point where
@@ -181,13 +187,18 @@ class FIFOQueue(QueueBase):
         head, alloc = self._head, self._alloc
         end = head + k
         if outs is None:
-            result = []
             if end <= alloc:  # one contiguous segment: the common case
+                if self._one_comp:
+                    result = [self._cols[0][head:end].copy()]
+                    self._head = end if end < alloc else 0
+                    return result
+                result = []
                 for buf in self._cols:
                     result.append(buf[head:end].copy())
                 self._head = end if end < alloc else 0
                 return result
             end -= alloc
+            result = []
             for buf in self._cols:
                 result.append(np.concatenate((buf[head:], buf[:end])))
             self._head = end
@@ -207,33 +218,35 @@ class FIFOQueue(QueueBase):
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         k = chunk[0].shape[0]
-        if self._out_busy or self._alloc - self._size - self._in_busy < k:
+        engine = self._engine
+        if engine.out_busy or self._alloc - engine.size - engine.in_busy < k:
             # The slots in front are still being copied out: lay out afresh.
-            self._grow(max(self._alloc, self._size + self._in_busy + k))
+            self._grow(max(self._alloc, engine.size + engine.in_busy + k))
         self._head = (self._head - k) % self._alloc
         self._write(self._head, chunk, 0, k)
 
-    def _put_one(self, row: list[Any]) -> None:
-        pos = self._head + self._size
+    def _put_one(self, value: Any) -> None:
+        pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
-        if len(row) == 1:
-            self._cols[0][pos] = row[0]
+        if self._one_comp:
+            self._cols[0][pos] = value
             return
-        for buf, value in zip(self._cols, row):
-            buf[pos] = value
+        for buf, v in zip(self._cols, value):
+            buf[pos] = v
 
-    def _take_one(self) -> list[Any]:
+    def _take_one(self) -> Any:
         if self._claims:
             self._keep_busy(1)
         pos = self._head
-        if self._single_numeric:
-            # One dense numeric component: index (a scalar) or copy the row.
+        if self._one_comp:
+            # Index (a scalar, or a reference) or copy the row (a view of
+            # the ring until copied).
             v = self._cols[0][pos]
             if self._row_copy:
-                v = v.copy()  # a row: a view of the ring until copied
+                v = v.copy()
             self._head = pos + 1 if pos + 1 < self._alloc else 0
-            return [v]
+            return v
         row = [buf[pos].copy() if kind & 1 else buf[pos] for buf, kind in zip(self._cols, self._row_kinds)]
         self._head = pos + 1 if pos + 1 < self._alloc else 0
         return row
@@ -241,13 +254,13 @@ class FIFOQueue(QueueBase):
     # -- copies outside the lock (reserve -> copy -> commit) -------------------------
 
     def _reserve(self, cols: list[np.ndarray[Any, Any]], n: int) -> _Reservation:
-        pos = self._head + self._size
+        pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
         res = _Reservation(pos, n, cols, self._cols)
         for i in self._obj_idx:  # object columns: under the lock
             self._ring_write(self._cols[i], self._alloc, pos, cols[i][:n])
-        self._in_busy = n
+        self._engine.in_busy = n
         self._resv = res
         return res
 
@@ -273,17 +286,18 @@ class FIFOQueue(QueueBase):
         if not copied:
             for i in self._obj_idx:  # drop the references stored at reserve time
                 clear_ring(self._cols[i], self._alloc, res.pos, n)
+        engine = self._engine
         # Straight-line (no call) from here to the flush: published or released.
         self._resv = None
-        self._in_busy = 0
+        engine.in_busy = 0
         if copied:
-            self._size = size = self._size + n
-            self._enqueued += n
-            if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                self._peak = size
+            engine.size = size = engine.size + n
+            engine.enqueued += n
+            if size > engine.peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                engine.peak = size
         res.src = []
-        if self._consumers or self._producers or self._state is _CLOSING:
-            self._flush()
+        if self._consumers or self._producers or engine.state is _CLOSING:
+            engine.flush()
 
     def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> _Claim:
         head, alloc = self._head, self._alloc
@@ -298,9 +312,10 @@ class FIFOQueue(QueueBase):
         claim.objs = objs
         end = head + k
         self._head = end if end < alloc else end - alloc
-        self._size -= k
-        self._dequeued += k
-        self._out_busy += k
+        engine = self._engine
+        engine.size -= k
+        engine.dequeued += k
+        engine.out_busy += k
         self._claims.append(claim)
         return claim
 
@@ -339,14 +354,14 @@ class FIFOQueue(QueueBase):
         if not claim.stale:
             claims = self._claims
             while claims and claims[0].done:
-                self._out_busy -= claims.popleft().k
+                self._engine.out_busy -= claims.popleft().k
         claim.src = []
         if chunk is not None:
             # Interrupted: the rows go back to the front, in order (T3).
-            self._restore([chunk])
-            self._flush()
+            self._engine.restore([chunk])
+            self._engine.flush()
         elif self._producers:
-            self._flush()
+            self._engine.flush()
 
     def _claimed_rows(self, claim: _Claim) -> list[np.ndarray[Any, Any]]:
         """A claim's rows as columns, read from its slots (lock held)."""

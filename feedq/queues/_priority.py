@@ -84,7 +84,7 @@ class PriorityQueue(QueueBase):
         self._alloc = alloc
 
     def _available(self) -> int:
-        return self._size
+        return self._engine.size
 
     def _store(self, cols: list[np.ndarray[Any, Any]], start: int, k: int, seqs: range) -> None:
         free = self._free_slots

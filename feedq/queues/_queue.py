@@ -1,9 +1,13 @@
 """QueueBase: the public queue API (construction, calls, close, statistics).
 
-The calls convert and validate their arguments, try a fast path under the
-lock (nobody ahead in line and the call can finish now), and otherwise hand
-an attempt to the engine (:mod:`feedq.queues._engine`), which queues it and
-waits. Close never blocks: ``close()`` rejects new enqueues at once and lets
+A queue has an engine (:class:`QueueEngine`, :mod:`feedq.queues._engine`:
+the lock, the lines of waiting calls, the close state, the counters) and a
+codec (``ElementCodec``: conversion in and out); the kinds supply storage
+hooks. Every enqueue call goes through one put path and every dequeue call
+through one take path: the call's arguments converted and checked, a try
+under the lock (nobody ahead in line and the call can finish now) that calls
+one storage hook, and otherwise an attempt handed to the engine, which
+queues it and waits. Close never blocks: ``close()`` rejects new enqueues at once and lets
 enqueues that were already pending finish (TF1 made close() itself wait for
 them, Q23); once none is pending, dequeues that cannot be satisfied fail with
 ``OutOfRangeError``. ``cancel(cause)`` closes and fails every pending and
@@ -24,7 +28,15 @@ import numpy as np
 from feedq._core.arrays import pack_values
 from feedq.errors import InvalidArgumentError, OutOfRangeError
 from feedq.queues._cancel import CancelToken
-from feedq.queues._engine import QueueEngine, QueueState, _Dequeue, _Enqueue, set_num_enqueued
+from feedq.queues._engine import (
+    BlockedCall,
+    QueueEngine,
+    QueueState,
+    TimingRecord,
+    _Dequeue,
+    _Enqueue,
+    set_num_enqueued,
+)
 from feedq.queues._registry import SHARED_QUEUES, SharedByName
 from feedq.queues._spec import (
     STRING,
@@ -45,8 +57,14 @@ __all__ = ["QueueBase", "QueueStatistics"]
 
 # Module constants: an Enum member lookup costs ~0.1 us on the hot paths.
 _OPEN = QueueState.OPEN
-_CLOSING = QueueState.CLOSING
-_CLOSED = QueueState.CLOSED
+
+_INITIAL_ALLOC = 64
+
+# The take path's modes, and the call each one is (for messages).
+_ONE, _MANY, _UP_TO, _AVAILABLE = 0, 1, 2, 3
+_TAKE_OPS = ("dequeue", "dequeue_many", "dequeue_up_to", "dequeue_available")
+# The take path's "nothing taken yet" (an element's value may be any object).
+_NOTHING: Any = object()
 
 
 @dataclass(frozen=True)
@@ -92,10 +110,14 @@ class _Request:
     storage_args: dict[str, Any]
 
 
-class QueueBase(QueueEngine, metaclass=SharedByName):
+class QueueBase(metaclass=SharedByName):
     """Base class of the four queue kinds (see :mod:`feedq.queues`).
 
-    Subclasses implement the storage hooks. All public methods are thread
+    A queue has an engine (``_engine``, a :class:`QueueEngine`: the lock,
+    the lines of waiting calls, the close state and the counters) and a
+    codec (``_codec``, an :class:`ElementCodec`: values in and out);
+    subclasses implement the storage hooks (CPython ``queue.Queue``'s rule:
+    kinds differ only in their hooks). All public methods are thread
     safe. ``timeout`` is worded the same everywhere: seconds to wait; ``None``
     uses the process default (:func:`feedq.set_default_timeout`, itself
     ``None`` = forever), ``0`` does not wait, ``math.inf`` waits forever.
@@ -107,7 +129,12 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
     returns that same queue object, after checking the request matches (Q7).
     """
 
+    _kind: ClassVar[str] = "Queue"
     _default_name: ClassVar[str] = "queue"
+    #: PriorityQueue: a dequeue_many takes all n at once or nothing (Q42).
+    _all_or_nothing: ClassVar[bool] = False
+    #: Every stored element may be taken now (``_available() == size``).
+    _all_available: ClassVar[bool] = True
     #: Ring kinds: an enqueue_many / dequeue_many moving at least this many
     #: bytes of dense numeric data copies it with the lock released
     #: (reserve → copy → commit, see :mod:`feedq.queues._engine`); None: never.
@@ -168,9 +195,24 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         self._components = components = req.components
         self._names = names = req.names
         self._storage_args = dict(req.storage_args)
-        self._init_engine()
+        self._engine = engine = QueueEngine(self)
+        # Direct references for the fast paths (the same objects, never rebound).
+        self._mutex = engine.mutex
+        self._producers = engine.producers
+        self._consumers = engine.consumers
+        self._alloc = 0  # guarded by self._mutex
+        self._cols: list[np.ndarray[Any, Any]] = []  # guarded by self._mutex
         # Facts for the fast paths, fixed at construction.
         self._single = names is None and len(components) == 1
+        # An element is one value (not a list of them) for the one-element
+        # hooks, _put_one and _take_one.
+        self._one_comp = len(components) == 1
+        # Class facts copied to the instance: an instance attribute is
+        # cheaper to read than a class attribute through the instance.
+        self._all_stored_available = self._all_available
+        # A dequeue_many of more than this many may never complete (the
+        # all-or-nothing kinds': capacity); checked by _check_batch_feasible.
+        self._batch_limit = capacity if self._all_or_nothing and capacity >= 0 else 1 << 62
         self._size_limit = capacity if capacity >= 0 else 1 << 62
         self._all_shaped = all(c.shape is not None for c in components)
         self._all_dense = all(c.dense for c in components)
@@ -298,7 +340,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         return (
             f"{type(self).__name__}(name={self._name!r}, capacity={self._capacity}, "
             f"dtypes={[str(d) if d is not STRING else 'string' for d in self.dtypes]}, "
-            f"size={self._size}, state={self._state.value})"
+            f"size={self._engine.size}, state={self._engine.state.value})"
         )
 
     @staticmethod
@@ -338,13 +380,17 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise _enqueue_cancelled(cancel)
+        # The element as _put_one takes it: its value for one component, else
+        # the list of its component values.
         if type(vals) is np.ndarray and vals.dtype is self._dtype0 and vals.shape == self._shape0:
-            row = [vals]  # already what the column holds (Component.convert_one, inline)
+            value: Any = vals  # already what the column holds (Component.convert_one, inline)
         elif self._single and not isinstance(vals, (list, tuple, dict)):
-            row = [self._components[0].convert_one(vals, self._wheres[0])]
+            value = self._components[0].convert_one(vals, self._wheres[0])
         else:
-            row = self._codec.convert_row(vals)
-        self._put_path(row, 1, timeout, cancel, "enqueue")
+            value = self._codec.convert_row(vals)
+            if self._one_comp:
+                value = value[0]
+        self._put_path(value, 1, timeout, cancel, True)
 
     def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: CancelToken | None = None) -> None:
         """Insert the rows of a batch as elements, in order.
@@ -376,68 +422,71 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             cols = [vals]  # already a column (Component.convert_many, inline)
         else:
             cols = self._codec.convert_batch(vals)
-        n = cols[0].shape[0]
+        n = len(cols[0])  # a column has a leading batch dimension (ndim >= 1)
         if n == 0:
             return
-        self._put_path(cols, n, timeout, cancel, "enqueue_many")
+        self._put_path(cols, n, timeout, cancel, False)
 
     def enqueue_nowait(self, vals: Any) -> None:
         """:meth:`enqueue` with ``timeout=0``."""
         self.enqueue(vals, timeout=0)
 
     def _put_path(
-        self, vals: list[Any], n: int, timeout: float | None, cancel: CancelToken | None, op: str,
+        self, vals: Any, n: int, timeout: float | None, cancel: CancelToken | None, one: bool,
     ) -> None:
-        """The one put path: ``n > 0`` converted rows (``op == "enqueue"``:
-        one element as component values, else columns), timeout checked.
+        """The one put path: ``n > 0`` converted rows (``one``: one element as
+        :meth:`_put_one` takes it, else columns), timeout and token checked.
 
         Try now: nobody ahead in line (nor a batch being copied in) and room
         for all ``n``; then the storage hook stores them under the lock (or,
         for a large dense batch, reserves their slots and copies them with
-        the lock released). Otherwise the call becomes an attempt that waits
-        in line (:meth:`_run_enqueue`). An exception (Ctrl-C) arriving after
-        the rows went in reports them in ``num_enqueued``.
+        the lock released). This try reads and updates the engine's state
+        directly and allocates nothing. Otherwise the call becomes an
+        attempt that waits in line (:meth:`QueueEngine.run_enqueue`). An
+        exception (Ctrl-C) arriving after the rows went in reports them in
+        ``num_enqueued``.
         """
-        res = None
+        engine = self._engine
         inserted = 0
         try:
             with self._mutex:
-                size = self._size
+                size = engine.size
                 if (
-                    self._state is _OPEN
+                    engine.state is _OPEN
                     and not self._producers
-                    and not self._in_busy
+                    and not engine.in_busy
                     and size + n <= self._size_limit
-                    and (size + self._out_busy + n <= self._alloc or self._room_for(n) == n)
+                    and (size + engine.out_busy + n <= self._alloc or self._room_for(n) == n)
                 ):
-                    one = op == "enqueue"
                     if one or n < self._unlocked_rows:
                         if one:
                             self._put_one(vals)
                         else:
                             self._put(vals, 0, n)
                         # Straight-line from here (no call): the rows are in.
-                        self._size = size = size + n
-                        self._enqueued += n
+                        engine.size = size = size + n
+                        engine.enqueued += n
                         inserted = n
-                        if size > self._peak:  # noqa: PLR1730 - cheaper than max() on the hot path
-                            self._peak = size
+                        if size > engine.peak:  # noqa: PLR1730 - cheaper than max() on the hot path
+                            engine.peak = size
                         if self._consumers:
-                            self._flush()
+                            engine.flush()
                         return
                     res = self._reserve(vals, n)
+                else:
+                    res = None
         except BaseException as exc:
             set_num_enqueued(exc, inserted)
             if inserted:  # the rows are in: let the consumers waiting for them see them
                 with self._mutex:
-                    self._flush()
+                    engine.flush()
             raise
         if res is not None:
-            self._run_reserved(res)  # copy with the lock released, then commit
+            engine.run_reserved(res)  # copy with the lock released, then commit
             return
-        if op == "enqueue":
-            vals = self._codec.row_to_cols(vals)
-        self._run_enqueue(_Enqueue(vals, n, cancel), timeout, op)
+        if one:
+            vals = self._codec.row_to_cols([vals] if self._one_comp else vals)
+        engine.run_enqueue(_Enqueue(vals, n, cancel), timeout, "enqueue" if one else "enqueue_many")
 
     def put_back(self, vals: Any, *, many: bool = True) -> None:
         """Give dequeued elements back, at the front and in order, as if they
@@ -464,9 +513,10 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         cols = self._codec.convert_batch(vals, rows=True) if many else self._codec.row_to_cols(self._codec.convert_row(vals))
         if cols[0].shape[0] == 0:
             return
+        engine = self._engine
         with self._mutex:
-            self._restore([cols])
-            self._flush()
+            engine.restore([cols])
+            engine.flush()
 
     # -- dequeue ----------------------------------------------------------------
 
@@ -487,7 +537,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             check_timeout(timeout)
         if cancel is not None and cancel.fired:
             raise cancel.error()
-        return self._take_path(1, timeout, cancel, None, False, False, "dequeue", True)
+        return self._take_path(1, timeout, cancel, None, _ONE, True)
 
     def dequeue_nowait(self) -> Any:
         """:meth:`dequeue` with ``timeout=0``."""
@@ -527,7 +577,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 they stay queued (Q27).
             CancelledError, DeadlineExceededError: as :meth:`dequeue`.
         """
-        return self._take_path(n, timeout, cancel, out, False, False, "dequeue_many", False, padded)
+        return self._take_path(n, timeout, cancel, out, _MANY, padded)
 
     def dequeue_up_to(
         self, n: Count, timeout: float | None = None, out: Any = None, *,
@@ -537,7 +587,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         1..n elements that remain (Q21, Q28; a PriorityQueue returns them
         sorted, Q43); ``OutOfRangeError`` when none. The result's leading
         dimension is the number returned."""
-        return self._take_path(n, timeout, cancel, out, True, False, "dequeue_up_to", False, padded)
+        return self._take_path(n, timeout, cancel, out, _UP_TO, padded)
 
     def dequeue_available(
         self, n: Count, timeout: float | None = None, out: Any = None, *,
@@ -554,21 +604,23 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
             OutOfRangeError: the queue is closed and empty.
             CancelledError, DeadlineExceededError: as :meth:`dequeue`.
         """
-        return self._take_path(n, timeout, cancel, out, True, True, "dequeue_available", False, padded)
+        return self._take_path(n, timeout, cancel, out, _AVAILABLE, padded)
 
     def _take_path(
-        self, n: Any, timeout: float | None, cancel: CancelToken | None,
-        out: Any, up_to: bool, some: bool, op: str, one: bool,
+        self, n: Any, timeout: float | None, cancel: CancelToken | None, out: Any, mode: int,
         padded: bool = True,
     ) -> Any:
-        """The one take path: ``n > 0`` elements (``one``: a single element,
-        returned as :meth:`dequeue` returns it; ``some``: at least one, at
-        most ``n``), arguments checked.
+        """The one take path: ``n`` elements; ``mode`` is the call: ``_ONE``
+        (:meth:`dequeue`: one element, ``n == 1``, arguments checked),
+        ``_MANY``, ``_UP_TO`` (fewer once closed) or ``_AVAILABLE`` (at least
+        one, at most ``n``), whose arguments are checked here.
 
         Try now: nobody ahead in line and enough available; then the storage
         hook takes the rows under the lock (or, for a large dense batch,
-        claims them and copies them with the lock released). Otherwise the
-        call becomes an attempt that waits in line (:meth:`_run_dequeue`).
+        claims them and copies them with the lock released). This try reads
+        and updates the engine's state directly and allocates nothing but
+        the result. Otherwise the call becomes an attempt that waits in line
+        (:meth:`QueueEngine.run_dequeue`).
 
         The handover is atomic with respect to asynchronous exceptions
         (Ctrl-C, ``PyThreadState_SetAsyncExc``, issue 24): from the moment the
@@ -578,105 +630,106 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         take (the flush, the lock's release, building the result); the
         return itself and the caller's assignment of the result are not.
         """
-        outs: list[np.ndarray[Any, Any]] | None = None
-        if not one:
-            # dequeue_many / dequeue_up_to / dequeue_available: validate.
-            if type(n) is not int:
-                n = as_count(n)
-            if n < 0:
-                raise InvalidArgumentError(
-                    f"{self._kind} '{self._name}' {op}: requested {n} < 0 elements"
-                )
-            if timeout is not None:
-                check_timeout(timeout)
-            if not self._all_shaped:
-                raise InvalidArgumentError(
-                    f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
-                    "components to have specified shapes."
-                )
-            if cancel is not None and cancel.fired:
-                raise cancel.error()
-            if out is not None:
-                outs = self._codec.check_out(out, n)
-            if n == 0:
-                return self._batch([], 0, outs, padded)
-            if not up_to:
-                self._check_batch_feasible(n)
-        chunk: list[Any] | None = None
+        engine = self._engine
+        chunk: Any = _NOTHING  # the rows taken now (one element: as _take_one returns it)
         att: _Dequeue | None = None
+        outs: list[np.ndarray[Any, Any]] | None = None
         k = n
         try:
-            claim = None
-            with self._mutex:
-                if self._consumers:
-                    pass  # others are ahead in line (Q14)
-                elif one:
-                    size = self._size
-                    if size if self._all_available else self._available():
-                        self._takes += 1
-                        self._fill_sum += size
+            if mode == _ONE:
+                with self._mutex:
+                    size = engine.size
+                    if not self._consumers and (size if self._all_stored_available else self._available()):
+                        engine.takes += 1
+                        engine.fill_sum += size
                         chunk = self._take_one()
                         # Straight-line from the hook's return (no call).
-                        self._size = size - 1
-                        self._dequeued += 1
+                        engine.size = size - 1
+                        engine.dequeued += 1
                         if self._has_refs:
                             self._forget(1)
                         if self._producers:
-                            self._flush()
-                else:
-                    size = self._size
-                    avail = size if self._all_available else self._available()
-                    if avail >= n or (some and avail > 0):
-                        self._takes += 1
-                        self._fill_sum += size
+                            engine.flush()
+                if chunk is not _NOTHING:
+                    if self._single:
+                        return chunk
+                    return pack_values([chunk] if self._one_comp else chunk, self._names)
+            else:
+                # dequeue_many / dequeue_up_to / dequeue_available: validate.
+                if type(n) is not int:
+                    k = n = as_count(n)
+                if n < 0:
+                    raise InvalidArgumentError(
+                        f"{self._kind} '{self._name}' {_TAKE_OPS[mode]}: requested {n} < 0 elements"
+                    )
+                if timeout is not None:
+                    check_timeout(timeout)
+                if not self._all_shaped:
+                    raise InvalidArgumentError(
+                        f"{self._kind} '{self._name}': DequeueMany and DequeueUpTo require the "
+                        "components to have specified shapes."
+                    )
+                if cancel is not None and cancel.fired:
+                    raise cancel.error()
+                if out is not None:
+                    outs = self._codec.check_out(out, n)
+                if n == 0:
+                    return self._batch([], 0, outs, padded)
+                if mode == _MANY and n > self._batch_limit:
+                    self._check_batch_feasible(n)
+                claim = None
+                with self._mutex:
+                    size = engine.size
+                    avail = size if self._all_stored_available else self._available()
+                    if not self._consumers and (avail >= n or (mode == _AVAILABLE and avail > 0)):
+                        engine.takes += 1
+                        engine.fill_sum += size
                         if avail < n:
                             k = avail
                         if k < self._unlocked_rows:
                             chunk = self._take(k, outs, 0)
                             # Straight-line from the hook's return (no call):
                             # the rows are out, and this call's.
-                            self._size -= k
-                            self._dequeued += k
+                            engine.size = size - k
+                            engine.dequeued += k
                             if self._has_refs:
                                 self._forget(k)
                             if self._producers:
-                                self._flush()
+                                engine.flush()
                         else:
                             claim = self._claim(k, outs, 0)
                             if self._producers:
-                                self._flush()
-            if claim is not None:
-                chunk = self._run_claimed(claim)  # copy with the lock released, then free the slots
-            if chunk is not None:
-                if one:
-                    return chunk[0] if self._single else pack_values(chunk, self._names)
-                if outs is None and self._all_dense:
-                    return chunk[0] if self._single else pack_values(chunk, self._names)
-                return self._batch([chunk], k, outs, padded)
-            if outs is None and not (one or up_to) and self._all_dense:
-                # A dequeue_many that must wait collects its n rows straight
-                # into the arrays it returns, however many pieces they come
-                # in (else each piece is copied out, then concatenated).
-                outs = [np.empty((n, *(c.shape or ())), c.dtype) for c in self._components]
-            att = _Dequeue(n, up_to, op, outs, some=some, cancel=cancel)
-            self._run_dequeue(att, timeout)
-            if one:
+                                engine.flush()
+                if claim is not None:
+                    chunk = engine.run_claimed(claim)  # copy with the lock released, then free the slots
+                if chunk is not _NOTHING:
+                    if outs is None and self._all_dense:
+                        return chunk[0] if self._single else pack_values(chunk, self._names)
+                    return self._batch([chunk], k, outs, padded)
+                if outs is None and mode == _MANY and self._all_dense:
+                    # A dequeue_many that must wait collects its n rows straight
+                    # into the arrays it returns, however many pieces they come
+                    # in (else each piece is copied out, then concatenated).
+                    outs = [np.empty((n, *(c.shape or ())), c.dtype) for c in self._components]
+            att = _Dequeue(n, mode >= _UP_TO, _TAKE_OPS[mode], outs, mode == _AVAILABLE, cancel)
+            engine.run_dequeue(att, timeout)
+            if mode == _ONE:
                 return pack_values([c[0] for c in att.chunks[0]], self._names)
             return self._batch(att.chunks, att.count, outs, padded)
         except BaseException:
             # The rows never reached the caller: back to the front, in order.
-            if chunk is not None:
-                if one:
-                    chunk = self._codec.row_to_cols(chunk)
+            if chunk is not _NOTHING:
+                if mode == _ONE:
+                    chunk = self._codec.row_to_cols([chunk] if self._one_comp else chunk)
                 elif outs is not None:
                     chunk = [buf[:k].copy() for buf in outs]
                 with self._mutex:
-                    self._restore([chunk])
-                    self._flush()
+                    engine.restore([chunk])
+                    engine.flush()
             elif att is not None and att.count:
                 with self._mutex:
-                    self._give_back(att)
-                    self._flush()
+                    engine.give_back(att)
+                    engine.flush()
             raise
 
     def _batch(
@@ -711,7 +764,8 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         return self._codec.assemble([cols], int(cols[0].shape[0]), None)
 
     def _check_batch_feasible(self, n: int) -> None:
-        """Hook: reject a batch that can never complete (PriorityQueue)."""
+        """Hook: reject a batch that can never complete (PriorityQueue);
+        called for ``n`` above ``_batch_limit`` only."""
 
     # -- close / cancel -----------------------------------------------------------
 
@@ -726,12 +780,7 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         they fail with ``CancelledError`` at once; rows they had inserted
         stay (Q24).
         """
-        with self._mutex:
-            if self._state is _OPEN:
-                self._state = QueueState.CLOSING
-            if cancel_pending_enqueues:
-                self._cancel_producers("Enqueue operation was cancelled")
-            self._flush()
+        self._engine.close(cancel_pending_enqueues)
 
     def cancel(self, cause: BaseException | None = None) -> None:
         """Close the queue and cancel every call that waits on it.
@@ -746,42 +795,32 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
         ``OutOfRangeError``). To cancel one call, pass it a
         :class:`CancelToken` instead.
         """
-        with self._mutex:
-            if self._state is _CLOSED and cause is None and not self._cancelled:
-                # Already closed and nothing pending: a clean cancel changes
-                # nothing, and end of data stays OutOfRange.
-                return
-            if not self._cancelled:
-                self._cancelled = True
-                self._cancel_cause = cause
-            if self._state is _OPEN:
-                self._state = QueueState.CLOSING
-            self._cancel_producers("Enqueue operation was cancelled")
-            self._flush()
+        self._engine.cancel(cause)
 
     def is_closed(self) -> bool:
         """True once :meth:`close` or :meth:`cancel` was called."""
-        return self._state is not _OPEN
+        return self._engine.state is not _OPEN
 
     def size(self) -> int:
         """Elements stored now (Q12). A snapshot: it may change at once."""
-        return self._size
+        return self._engine.size
 
     def statistics(self) -> QueueStatistics:
         """A consistent snapshot of size, state and waiters."""
+        engine = self._engine
         with self._mutex:
             return QueueStatistics(
                 name=self._name,
-                size=self._size,
+                size=engine.size,
                 capacity=self._capacity,
-                closed=self._state is not _OPEN,
-                state=self._state,
-                cancelled=self._cancelled,
+                closed=engine.state is not _OPEN,
+                state=engine.state,
+                cancelled=engine.cancelled,
                 waiting_producers=len(self._producers),
                 waiting_consumers=len(self._consumers),
-                peak_size=self._peak,
-                enqueued=self._enqueued,
-                dequeued=self._dequeued,
+                peak_size=engine.peak,
+                enqueued=engine.enqueued,
+                dequeued=engine.dequeued,
             )
 
     def __iter__(self) -> Iterator[Any]:
@@ -791,6 +830,140 @@ class QueueBase(QueueEngine, metaclass=SharedByName):
                 yield self.dequeue()
             except OutOfRangeError:
                 return
+
+    # -- timing (read by feedq._observe) -------------------------------------------
+
+    def _timing(self) -> TimingRecord:
+        """The engine's timing figures (:meth:`QueueEngine.timing`)."""
+        return self._engine.timing()
+
+    def _blocked(self) -> list[BlockedCall]:
+        """The calls waiting now (:meth:`QueueEngine.blocked`)."""
+        return self._engine.blocked()
+
+    # -- storage (lock held) ---------------------------------------------------------
+
+    def _ensure_alloc(self, needed: int) -> None:
+        if needed <= self._alloc:
+            return
+        target = max(needed, 2 * self._alloc)
+        if self._capacity >= 0:
+            # Never beyond capacity unless a put-back needs it.
+            target = max(needed, min(target, self._capacity))
+        self._grow(target)
+
+    def _room_for(self, k: int) -> int:
+        """How many of ``k`` rows (``k`` within the capacity) can be stored
+        now, growing the storage if needed (lock held). Ring kinds return
+        fewer while claimed slots are still being copied out."""
+        self._ensure_alloc(self._engine.size + k)
+        return k
+
+    def _initial_alloc(self) -> int:
+        if self._capacity >= 0:
+            return min(self._capacity, _INITIAL_ALLOC)
+        return _INITIAL_ALLOC
+
+    def _new_column(self, comp: Component, alloc: int) -> np.ndarray[Any, Any]:
+        if comp.dense:
+            assert comp.shape is not None
+            return np.empty((alloc, *comp.shape), dtype=comp.dtype)
+        return np.empty(alloc, dtype=object)
+
+    def _read_row(self, pos: int) -> list[Any]:
+        """Copy row ``pos`` out of every column, clearing object references."""
+        row = []
+        for buf, kind in zip(self._cols, self._row_kinds):
+            v = buf[pos]
+            if kind == 1:
+                v = v.copy()
+            elif kind == 2:
+                buf[pos] = None
+            elif kind == 3:
+                v = v.copy()
+                buf[pos] = None
+            row.append(v)
+        return row
+
+    # -- storage hooks (lock held; the queue kinds implement them) ------------------
+
+    def _init_storage(self) -> None:
+        """Set up kind-specific bookkeeping before the first ``_grow``."""
+
+    def _grow(self, alloc: int) -> None:
+        """Reallocate columns to ``alloc`` rows, keeping stored elements."""
+        raise NotImplementedError
+
+    def _available(self) -> int:
+        """Elements a dequeue may take now."""
+        raise NotImplementedError
+
+    def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        """Store rows ``[start, start + k)`` of ``cols`` (room is guaranteed)."""
+        raise NotImplementedError
+
+    def _put_one(self, value: Any) -> None:
+        """Store one element: its converted value for a queue of one
+        component, else the list of its converted component values."""
+        self._put(self._codec.row_to_cols([value] if self._one_comp else value), 0, 1)
+
+    def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
+        """Remove ``k`` elements; write them to ``outs[i][offset:offset+k]``
+        or return them as new columns."""
+        raise NotImplementedError
+
+    def _forget(self, k: int) -> None:
+        """Drop the object references the storage still holds to the ``k``
+        elements just taken (kinds whose ``_take`` leaves them: ``_has_refs``)."""
+
+    def _take_one(self) -> Any:
+        """Remove one element and return it as :meth:`_put_one` takes it."""
+        chunk = self._take(1, None, 0)
+        if self._one_comp:
+            return chunk[0][0]
+        return [c[0] for c in chunk]
+
+    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
+        """Return previously taken elements to the front (room is guaranteed)."""
+        raise NotImplementedError
+
+    # Ring kinds only (used when ``_unlocked_copy_bytes`` is set, see
+    # :mod:`feedq.queues._engine`).
+
+    def _reserve(self, cols: list[np.ndarray[Any, Any]], n: int) -> Any:
+        """Reserve room for rows ``[0, n)`` of ``cols`` after the stored rows
+        (the caller checked that they may go in now and fit); store what is
+        not copied outside the lock."""
+        raise NotImplementedError
+
+    def _copy_in(self, res: Any) -> None:
+        """Copy a reservation's dense rows into its slots (lock not held)."""
+        raise NotImplementedError
+
+    def _reserved(self, res: Any) -> bool:
+        """Whether ``res`` is still reserved (neither committed nor released)."""
+        raise NotImplementedError
+
+    def _claim_done(self, claim: Any) -> bool:
+        """Whether :meth:`_finish_claim` ran for ``claim``."""
+        raise NotImplementedError
+
+    def _commit_put(self, res: Any, copied: bool) -> None:
+        """Publish a reservation's rows, or release it if not ``copied``."""
+        raise NotImplementedError
+
+    def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> Any:
+        """Take the ``k`` oldest rows out of the count, keeping their slots
+        busy until :meth:`_finish_claim`; take what is not copied outside."""
+        raise NotImplementedError
+
+    def _copy_out(self, claim: Any) -> list[np.ndarray[Any, Any]]:
+        """Copy a claim's rows out (lock not held); one column per component."""
+        raise NotImplementedError
+
+    def _finish_claim(self, claim: Any, copied: bool) -> None:
+        """Free a claim's slots, or put its rows back in front if not ``copied``."""
+        raise NotImplementedError
 
 
 def _enqueue_cancelled(token: CancelToken) -> BaseException:

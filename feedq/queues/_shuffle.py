@@ -76,7 +76,7 @@ class RandomShuffleQueue(QueueBase):
     def _grow(self, alloc: int) -> None:
         new = [self._new_column(c, alloc) for c in self._components]
         for dst, src in zip(new, self._cols):
-            dst[: self._size] = src[: self._size]
+            dst[: self._engine.size] = src[: self._engine.size]
         self._cols = new
         self._alloc = alloc
 
@@ -85,7 +85,7 @@ class RandomShuffleQueue(QueueBase):
         (for exact resumption of a shuffling batcher; see feedq.input)."""
         with self._mutex:
             col = self._cols[column] if self._cols else np.zeros(0, dtype=np.int64)
-            return np.array(col[: self._size]), dict(self._rng.bit_generator.state)
+            return np.array(col[: self._engine.size]), dict(self._rng.bit_generator.state)
 
     def _set_generator_state(self, state: dict[str, Any]) -> None:
         """Restore the generator to a state :meth:`_snapshot` returned."""
@@ -93,37 +93,40 @@ class RandomShuffleQueue(QueueBase):
             self._rng.bit_generator.state = dict(state)
 
     def _available(self) -> int:
-        if self._state is QueueState.OPEN:
-            return max(0, self._size - int(self._storage_args["min_after_dequeue"]))
-        return self._size
+        if self._engine.state is QueueState.OPEN:
+            return max(0, self._engine.size - int(self._storage_args["min_after_dequeue"]))
+        return self._engine.size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
-        size = self._size
+        size = self._engine.size
         for buf, src in zip(self._cols, cols):
             buf[size : size + k] = src[start : start + k]
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         self._put(chunk, 0, chunk[0].shape[0])
 
-    def _put_one(self, row: list[Any]) -> None:
-        pos = self._size
-        for buf, value in zip(self._cols, row):
-            buf[pos] = value
+    def _put_one(self, value: Any) -> None:
+        pos = self._engine.size
+        if self._one_comp:
+            self._cols[0][pos] = value
+            return
+        for buf, v in zip(self._cols, value):
+            buf[pos] = v
 
-    def _take_one(self) -> list[Any]:
-        last = self._size - 1
-        pos = int(self._rng.integers(0, self._size))
+    def _take_one(self) -> Any:
+        last = self._engine.size - 1
+        pos = int(self._rng.integers(0, self._engine.size))
         row = self._read_row(pos)
         if pos != last:
             for buf in self._cols:
                 buf[pos] = buf[last]
         for buf in self._cols:
             clear_refs(buf, last)
-        return row
+        return row[0] if self._one_comp else row
 
     def _draw_sparse(self, k: int) -> np.ndarray[Any, Any]:
         """k distinct positions in [0, size) with size > 4k, uniformly, in random order."""
-        size, rng = self._size, self._rng
+        size, rng = self._engine.size, self._rng
         while True:
             # The first k distinct values of iid uniform draws are a uniform
             # k-permutation; 2k+16 draws from > 4k values rarely fall short.
@@ -134,7 +137,7 @@ class RandomShuffleQueue(QueueBase):
                 return cand[first[:k]]
 
     def _take(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> list[np.ndarray[Any, Any]]:
-        size = self._size
+        size = self._engine.size
         tail = size - k
         result = []
         if 4 * k >= size:

@@ -33,7 +33,7 @@ class _ShiftHooks:
 
     _unlocked_copy_bytes = None
     _cols: list[Any]
-    _size: int
+    _engine: Any
     _alloc: int
     _components: list[Any]
 
@@ -44,21 +44,22 @@ class _ShiftHooks:
     def _grow(self, alloc: int) -> None:
         new = [self._new_column(c, alloc) for c in self._components]  # type: ignore[attr-defined]
         for dst, src in zip(new, self._cols):
-            dst[: self._size] = src[: self._size]
+            dst[: self._engine.size] = src[: self._engine.size]
         self._cols = new
         self._alloc = alloc
 
     def _put(self, cols: list[Any], start: int, k: int) -> None:
         for buf, src in zip(self._cols, cols):
-            buf[self._size : self._size + k] = src[start : start + k]
+            buf[self._engine.size : self._engine.size + k] = src[start : start + k]
 
-    def _put_one(self, row: list[Any]) -> None:
-        for buf, value in zip(self._cols, row):
-            buf[self._size] = value
+    def _put_one(self, value: Any) -> None:
+        row = [value] if len(self._cols) == 1 else value
+        for buf, v in zip(self._cols, row):
+            buf[self._engine.size] = v
 
     def _take(self, k: int, outs: list[Any] | None, offset: int) -> list[Any]:
         result = []
-        size = self._size
+        size = self._engine.size
         for i, buf in enumerate(self._cols):
             if outs is None:
                 result.append(buf[:k].copy())
@@ -69,12 +70,13 @@ class _ShiftHooks:
                 buf[size - k : size] = None
         return result
 
-    def _take_one(self) -> list[Any]:
-        return [c[0] for c in self._take(1, None, 0)]
+    def _take_one(self) -> Any:
+        row = [c[0] for c in self._take(1, None, 0)]
+        return row[0] if len(row) == 1 else row
 
     def _putback(self, chunk: list[Any]) -> None:
         k = chunk[0].shape[0]
-        size = self._size
+        size = self._engine.size
         for buf, src in zip(self._cols, chunk):
             buf[k : size + k] = buf[:size].copy()
             buf[:k] = src
@@ -181,7 +183,7 @@ def _call(q: Any, op: str, k: int, arg: Any) -> tuple[Any, Any]:
 
 def _stats(q: Any) -> Any:
     s = q.statistics()
-    return (s.size, s.peak_size, s.enqueued, s.dequeued, s.state, q._takes, q._fill_sum)
+    return (s.size, s.peak_size, s.enqueued, s.dequeued, s.state, q._engine.takes, q._engine.fill_sum)
 
 
 def _run(fast_cls: Any, generic_cls: Any, spec: str, capacity: int, seq: list[Any], seed: int) -> None:

@@ -98,10 +98,10 @@ def test_priority_put_back_keeps_tie_order() -> None:
     q.enqueue_many([np.zeros(5, np.int64), np.arange(5)])
     with q._mutex:  # simulate a put-back of two elements taken earlier
         chunk = q._take(2, None, 0)
-        q._size -= 2
-        q._ensure_alloc(q._size + 2)
+        q._engine.size -= 2
+        q._ensure_alloc(q._engine.size + 2)
         q._putback(chunk)
-        q._size += 2
+        q._engine.size += 2
     assert q.dequeue_many(5)[1].tolist() == [0, 1, 2, 3, 4]
 
 

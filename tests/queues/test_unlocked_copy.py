@@ -187,7 +187,7 @@ def test_interrupted_copy_in_releases_the_reservation() -> None:
     err = a.exception()
     assert isinstance(err, KeyboardInterrupt) and err.num_enqueued == 0  # type: ignore[attr-defined]
     b.result()  # the producer behind it went on
-    assert q.statistics().enqueued == 3 and q._in_busy == 0
+    assert q.statistics().enqueued == 3 and q._engine.in_busy == 0
     assert sum(x is not None for x in q._cols[2]) == 3  # no reference left behind
     q.enqueue_many(_batch(range(3, 8)), timeout=0)  # all 8 slots usable
     _check_rows(q.dequeue_many(8, timeout=0), range(8))
@@ -218,7 +218,7 @@ def test_two_claims_in_flight_free_slots_oldest_first() -> None:
     assert q.entered_out.wait(5)
     _check_rows(q.dequeue_many(4, timeout=0), range(4, 8))  # a second claim, done first
     # Slots are freed oldest claim first: the finished claim's wait for it.
-    assert q._out_busy == 8
+    assert q._engine.out_busy == 8
     put = Bg(q.enqueue_many, _batch(range(8, 16)), name="feedq-test-claim-put2")
     wait_blocked(q, producers=1)
     assert q.size() == 0
@@ -254,7 +254,7 @@ def test_interrupted_copy_out_puts_the_rows_back_in_order() -> None:
     _raise_in(got.thread)
     assert isinstance(got.exception(), KeyboardInterrupt)
     s = q.statistics()
-    assert (s.size, s.dequeued, q._out_busy) == (6, 0, 0)  # T3: nothing lost
+    assert (s.size, s.dequeued, q._engine.out_busy) == (6, 0, 0)  # T3: nothing lost
     _check_rows(q.dequeue_many(6, timeout=0), range(6))
 
 
@@ -271,7 +271,7 @@ def test_put_back_while_copies_are_in_flight_lays_the_ring_out_afresh() -> None:
     assert q.entered_in.wait(5)
     old = q._cols
     q.put_back(_batch([-2, -1]))
-    assert q._cols is not old and q._out_busy == 0
+    assert q._cols is not old and q._engine.out_busy == 0
     q.release_in.set()
     put.result()
     q.release_out.set()
@@ -310,7 +310,7 @@ class JitteryFIFO(UnlockedFIFO):
             time.sleep(0)
         elif r < 0.4:
             time.sleep(0.0005)
-        if self._producers or self._consumers or self._out_busy or self._in_busy > 0 and self._claims:
+        if self._producers or self._consumers or self._engine.out_busy or self._engine.in_busy > 0 and self._claims:
             type(self).overlaps += 1
 
     def _copy_in(self, res: Any) -> None:
@@ -465,7 +465,7 @@ def _hammer(kind: str, duration: float, cancel_pending: bool) -> None:
     s = q.statistics()
     assert (s.size, s.waiting_consumers, s.waiting_producers) == (0, 0, 0)
     assert s.enqueued == s.dequeued == sum(all_in.values())
-    assert q._in_busy == 0 and q._out_busy == 0 and not q._claims
+    assert q._engine.in_busy == 0 and q._engine.out_busy == 0 and not q._claims
 
 
 @pytest.mark.timeout(120)
@@ -491,7 +491,7 @@ def test_wait_helpers_see_in_flight_state() -> None:
     q = _gated(4, copy_in=True)
     a = Bg(q.enqueue_many, _batch([1]), name="feedq-test-gate")
     assert q.entered_in.wait(5)
-    wait_until(lambda: q._in_busy == 1, what="a reservation")
+    wait_until(lambda: q._engine.in_busy == 1, what="a reservation")
     q.release_in.set()
     a.result()
     q.enqueue_many(_batch([2]), timeout=0)
