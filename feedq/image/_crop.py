@@ -1,0 +1,287 @@
+"""The fused batch crops: decode + random-resized-crop + flip (train), resize + centre crop (eval).
+
+One call per batch: each image's header is read first, its crop drawn from
+its own seeded generator, then only what the crop needs is decoded (at 1/2,
+1/4 or 1/8 scale in the DCT domain when the crop is at least that many
+times the output) and resampled straight into the output size with
+Pillow's antialiased bilinear filter (torchvision's resize of PIL images).
+The decoded pixels are handed to Pillow without a copy; the one copy into
+the batch applies the flip.
+
+Seeds: the crop and flip of an image depend on ``seed``, ``epoch`` and the
+image's identity only -- its key for a reader's block, its row for a list --
+never on which thread decodes it or when, so a resumed pipeline makes the
+same crops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from feedq.errors import InvalidArgumentError
+from feedq.image._batch import (
+    DEFAULT_MAX_PIXELS,
+    BadImage,
+    ImageBatch,
+    OnError,
+    as_batch,
+    bad,
+    run_batch,
+)
+from feedq.image._decode import _decode_pil, image_format, jpeg_header
+from feedq.image._extras import pil_image, simplejpeg_module
+
+__all__ = [
+    "decode_random_resized_crop",
+    "decode_resize_center_crop",
+    "element_seeds",
+    "random_resized_crop_params",
+]
+
+
+def element_seeds(contents: Any, seed: int, epoch: int = 0) -> np.ndarray:
+    """One uint64 seed per image of a batch, from ``seed``, ``epoch`` and its identity.
+
+    The identity is the record's key for a :class:`~feedq.readers.RecordBlock`
+    (so the same record gets the same seed whatever block it arrives in), its
+    row for a list or array. Pass ``epoch`` to draw new crops each epoch.
+    """
+    batch = as_batch(contents)
+    if batch is None:
+        raise InvalidArgumentError("element_seeds takes a batch of images")
+    n = len(batch.items)
+    if batch.keys is not None:
+        idents = [bytes(k) for k in batch.keys()]
+    else:
+        idents = [b"%d" % i for i in range(n)]
+    prefix = b"%d:%d:" % (int(seed), int(epoch))
+    return np.array(
+        [int.from_bytes(hashlib.blake2b(prefix + k, digest_size=8).digest(), "little")
+         for k in idents],
+        dtype=np.uint64,
+    )
+
+
+def random_resized_crop_params(
+    height: int,
+    width: int,
+    rng: np.random.Generator,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+    attempts: int = 10,
+) -> tuple[int, int, int, int]:
+    """``(top, left, h, w)`` of a random crop, torchvision's ``RandomResizedCrop.get_params``.
+
+    Up to ``attempts`` draws of an area fraction in ``scale`` and a
+    log-uniform aspect ratio in ``ratio``; a draw that fits is placed
+    uniformly. When none fits: the centred crop of the whole image clamped
+    to the ratio range.
+    """
+    area = height * width
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(attempts):
+        target = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _size2(size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    h, w = (int(v) for v in size)
+    return h, w
+
+
+class _Source:
+    """One image, decoded at the coarsest DCT scale a crop allows (JPEG), or whole."""
+
+    def __init__(self, data: Any, max_pixels: int | None) -> None:
+        self.data = data
+        fmt = image_format(data)
+        self.jpeg = fmt == "jpeg"
+        self.pixels: np.ndarray | None = None
+        if self.jpeg:
+            self.height, self.width, _ = jpeg_header(data, max_pixels)
+        elif fmt in ("png", "bmp"):
+            self.pixels = _decode_pil(data, fmt, 3, max_pixels)
+            self.height, self.width = self.pixels.shape[:2]
+        else:
+            raise BadImage("unknown image format: not JPEG, PNG or BMP")
+
+    def resample(
+        self, box: tuple[float, float, float, float], out_hw: tuple[int, int], dct_scaling: bool
+    ) -> np.ndarray:
+        """``box = (left, top, right, bottom)`` resampled to ``out_hw``: ``[h, w, 3 or 4]``."""
+        Image = pil_image()
+        oh, ow = out_hw
+        bw, bh = box[2] - box[0], box[3] - box[1]
+        if self.jpeg:
+            r = 1
+            if dct_scaling:
+                for cand in (8, 4, 2):
+                    if bw >= cand * ow and bh >= cand * oh:
+                        r = cand
+                        break
+            sh, sw = -(-self.height // r), -(-self.width // r)
+            kwargs: dict[str, Any] = {"colorspace": "RGBX"}
+            if r > 1:
+                kwargs.update(min_height=sh, min_width=sw)
+            try:
+                pix = simplejpeg_module().decode_jpeg(self.data, **kwargs)
+            except ValueError as exc:
+                raise bad("invalid JPEG data", exc) from None
+            if pix.shape[:2] != (sh, sw):  # tiny image: decode it whole
+                r, sh, sw = 1, self.height, self.width
+                pix = simplejpeg_module().decode_jpeg(self.data, colorspace="RGBX")
+            # Zero-copy: RGBX is Pillow's own layout for RGB.
+            im = Image.frombuffer("RGBX", (sw, sh), pix, "raw", "RGBX", 0, 1)
+            if r > 1:
+                fx, fy = sw / self.width, sh / self.height
+                box = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
+        else:
+            assert self.pixels is not None
+            im = Image.fromarray(self.pixels)
+        out = im.resize((ow, oh), Image.Resampling.BILINEAR, box=box)
+        return np.asarray(out)
+
+
+def decode_random_resized_crop(
+    contents: Any,
+    size: int | Sequence[int] = 224,
+    *,
+    seed: int | np.ndarray = 0,
+    epoch: int = 0,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+    attempts: int = 10,
+    flip: bool = True,
+    dct_scaling: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    on_error: OnError = "raise",
+) -> ImageBatch:
+    """Train augmentation, fused: decode, random resized crop, random flip → uint8 batch.
+
+    torchvision's ``RandomResizedCrop(size)`` (its defaults: ``scale``,
+    ``ratio``, 10 ``attempts``, centred fallback; bilinear, antialiased)
+    followed by ``RandomHorizontalFlip()``, for a whole batch in one call.
+
+    Args:
+        contents: a batch of encoded images (RecordBlock, list, object array).
+        size: output ``h = w`` or ``(h, w)``.
+        seed: base seed (mixed with ``epoch`` and each image's identity,
+            see :func:`element_seeds`), or a ``[n]`` array of per-image seeds.
+        epoch: mixed into the seeds: new crops each epoch, the same on a rerun.
+        scale, ratio, attempts: torchvision's crop parameters.
+        flip: flip each image left-right with probability 1/2.
+        dct_scaling: decode at 1/2, 1/4 or 1/8 scale when the crop is at
+            least that many times ``size`` (less work; pixels within the
+            documented tolerance of a full decode).
+        max_pixels: refuse images with more pixels.
+        on_error: ``"raise"`` or ``"skip"`` a bad image.
+
+    Returns:
+        An :class:`~feedq.image.ImageBatch` with ``images`` ``[k, h, w, 3]`` uint8.
+
+    Raises:
+        InvalidArgumentError: a bad image (naming its row and key) or argument.
+    """
+    out_hw = _size2(size)
+    if not (0 < scale[0] <= scale[1]) or not (0 < ratio[0] <= ratio[1]):
+        raise InvalidArgumentError(f"bad scale {scale} or ratio {ratio}")
+    batch = as_batch(contents)
+    if batch is None:
+        raise InvalidArgumentError("decode_random_resized_crop takes a batch of images")
+    seeds = _seeds(contents, seed, epoch, len(batch.items))
+    out = np.empty((len(batch.items), *out_hw, 3), dtype=np.uint8)
+    done = 0
+
+    def one(i: int, data: Any) -> None:
+        nonlocal done
+        src = _Source(data, max_pixels)
+        rng = np.random.default_rng(int(seeds[i]))
+        top, left, h, w = random_resized_crop_params(
+            src.height, src.width, rng, scale, ratio, attempts
+        )
+        flipped = flip and bool(rng.random() < 0.5)
+        pix = src.resample((left, top, left + w, top + h), out_hw, dct_scaling)
+        out[done] = pix[:, ::-1, :3] if flipped else pix[:, :, :3]  # the one copy
+        done += 1
+
+    _, index, skipped = run_batch(batch, one, on_error)
+    return ImageBatch(out[:done], index, skipped)
+
+
+def decode_resize_center_crop(
+    contents: Any,
+    size: int | Sequence[int] = 224,
+    resize_size: int = 256,
+    *,
+    dct_scaling: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    on_error: OnError = "raise",
+) -> ImageBatch:
+    """Eval transform, fused: resize the shorter side to ``resize_size``, centre crop ``size``.
+
+    torchvision's ``Resize(resize_size)`` + ``CenterCrop(size)`` on PIL
+    images, computed as one resample of the crop's source box (the same
+    output pixels as resizing the whole image, then cropping).
+
+    Returns:
+        An :class:`~feedq.image.ImageBatch` with ``images`` ``[k, h, w, 3]`` uint8.
+    """
+    out_hw = _size2(size)
+    batch = as_batch(contents)
+    if batch is None:
+        raise InvalidArgumentError("decode_resize_center_crop takes a batch of images")
+    out = np.empty((len(batch.items), *out_hw, 3), dtype=np.uint8)
+    done = 0
+
+    def one(i: int, data: Any) -> None:
+        nonlocal done
+        src = _Source(data, max_pixels)
+        h, w = src.height, src.width
+        if h <= w:
+            nh, nw = resize_size, int(resize_size * w / h)
+        else:
+            nh, nw = int(resize_size * h / w), resize_size
+        oh, ow = out_hw
+        if oh > nh or ow > nw:
+            raise BadImage(f"resized {nh} x {nw} image is smaller than the {oh} x {ow} crop")
+        top = int(round((nh - oh) / 2.0))
+        left = int(round((nw - ow) / 2.0))
+        sx, sy = w / nw, h / nh
+        box = (left * sx, top * sy, (left + ow) * sx, (top + oh) * sy)
+        out[done] = src.resample(box, out_hw, dct_scaling)[:, :, :3]
+        done += 1
+
+    _, index, skipped = run_batch(batch, one, on_error)
+    return ImageBatch(out[:done], index, skipped)
+
+
+def _seeds(contents: Any, seed: int | np.ndarray, epoch: int, n: int) -> np.ndarray:
+    if isinstance(seed, (int, np.integer)):
+        return element_seeds(contents, int(seed), epoch)
+    seeds = np.asarray(seed)
+    if seeds.shape != (n,):
+        raise InvalidArgumentError(f"seed must be an int or [{n}] per-image seeds, got {seeds.shape}")
+    return seeds.astype(np.uint64)
