@@ -145,7 +145,8 @@ def _pil_jpeg(data: Any, channels: int, ratio: int, out_h: int, out_w: int) -> n
     Image = pil_image()
     try:
         with Image.open(io.BytesIO(bytes(data))) as im:
-            im.draft("L" if channels == 1 else "RGB", (out_w, out_h))
+            w, h = im.size  # draft() picks the scale s with size // s >= the request
+            im.draft("L" if channels == 1 else "RGB", (max(1, w // ratio), max(1, h // ratio)))
             arr = np.asarray(im.convert("L" if channels == 1 else "RGB"))
     except (OSError, ValueError, SyntaxError) as exc:
         raise bad("invalid JPEG data", exc) from None
