@@ -87,7 +87,7 @@ def synthetic_jpegs(n: int, seed: int = 0) -> list[bytes]:
     rng = np.random.default_rng(seed)
     fields = _fields(rng)
     out = []
-    for i in range(n):
+    for _ in range(n):
         h, w = _size(rng)
         f = fields[int(rng.integers(len(fields)))]
         if h > _FIELD or w > _FIELD:  # pragma: no cover - sizes stay within a field

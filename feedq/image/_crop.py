@@ -4,9 +4,9 @@ One call per batch: each image's header is read first, its crop drawn from
 its own seeded generator, then only what the crop needs is decoded (at 1/2,
 1/4 or 1/8 scale in the DCT domain when the crop is at least that many
 times the output) and resampled straight into the output size with
-Pillow's antialiased bilinear filter (torchvision's resize of PIL images).
-The decoded pixels are handed to Pillow without a copy; the one copy into
-the batch applies the flip.
+Pillow's antialiased bilinear filter (torchvision's crop-then-resize of PIL
+images). The decoded pixels are handed to Pillow without a copy (the crop is
+a strided view of them); the one copy into the batch applies the flip.
 
 Seeds: the crop and flip of an image depend on ``seed``, ``epoch`` and the
 image's identity only -- its key for a reader's block, its row for a list --
@@ -128,41 +128,79 @@ class _Source:
         else:
             raise BadImage("unknown image format: not JPEG, PNG or BMP")
 
-    def resample(
-        self, box: tuple[float, float, float, float], out_hw: tuple[int, int], dct_scaling: bool
+    def _decode(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """The JPEG's RGBX pixels at scale ``1/r`` and the flat buffer holding
+        them, one row longer than the image (so that a crop of the last rows
+        can be mapped with the image's stride, see :meth:`crop_resize`)."""
+        sj = simplejpeg_module()
+        sh, sw = -(-self.height // r), -(-self.width // r)
+        buf = np.empty((sh + 1) * sw * 4, dtype=np.uint8)
+        kwargs: dict[str, Any] = {"colorspace": "RGBX", "buffer": buf}
+        if r > 1:
+            kwargs.update(min_height=sh, min_width=sw)
+        try:
+            pix: np.ndarray = sj.decode_jpeg(self.data, **kwargs)
+        except ValueError as exc:
+            raise bad("invalid JPEG data", exc) from None
+        if not np.shares_memory(pix, buf):  # pragma: no cover - simplejpeg always fills buffer
+            buf[: pix.size] = pix.reshape(-1)
+        return pix, buf
+
+    def _scale(self, crop_w: float, crop_h: float, out_hw: tuple[int, int], dct: bool) -> int:
+        if dct:
+            for r in (8, 4, 2):
+                if crop_w >= r * out_hw[1] and crop_h >= r * out_hw[0]:
+                    return r
+        return 1
+
+    def crop_resize(
+        self, top: int, left: int, h: int, w: int, out_hw: tuple[int, int], dct_scaling: bool
     ) -> np.ndarray:
-        """``box = (left, top, right, bottom)`` resampled to ``out_hw``: ``[h, w, 3 or 4]``."""
+        """Crop, then resample the crop to ``out_hw`` (torchvision's ``resized_crop``)."""
         Image = pil_image()
         oh, ow = out_hw
-        bw, bh = box[2] - box[0], box[3] - box[1]
-        if self.jpeg:
-            r = 1
-            if dct_scaling:
-                for cand in (8, 4, 2):
-                    if bw >= cand * ow and bh >= cand * oh:
-                        r = cand
-                        break
-            sh, sw = -(-self.height // r), -(-self.width // r)
-            kwargs: dict[str, Any] = {"colorspace": "RGBX"}
-            if r > 1:
-                kwargs.update(min_height=sh, min_width=sw)
-            try:
-                pix = simplejpeg_module().decode_jpeg(self.data, **kwargs)
-            except ValueError as exc:
-                raise bad("invalid JPEG data", exc) from None
-            if pix.shape[:2] != (sh, sw):  # tiny image: decode it whole
-                r, sh, sw = 1, self.height, self.width
-                pix = simplejpeg_module().decode_jpeg(self.data, colorspace="RGBX")
-            # Zero-copy: RGBX is Pillow's own layout for RGB.
+        if not self.jpeg:
+            assert self.pixels is not None
+            im = Image.fromarray(self.pixels[top : top + h, left : left + w])
+            return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR))
+        r = self._scale(w, h, out_hw, dct_scaling)
+        pix, flat = self._decode(r)
+        if pix.shape[:2] != (-(-self.height // r), -(-self.width // r)):
+            r, (pix, flat) = 1, self._decode(1)  # a tiny image: M/8 scaling rounds otherwise
+        sh, sw = pix.shape[:2]
+        if r > 1:
+            # Scaled: resample the crop's box of the smaller image (float
+            # coordinates keep the crop's geometry exact).
+            im = Image.frombuffer("RGBX", (sw, sh), flat, "raw", "RGBX", 0, 1)
+            fx, fy = sw / self.width, sh / self.height
+            box = (left * fx, top * fy, (left + w) * fx, (top + h) * fy)
+            return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR, box=box))
+        # The crop as a Pillow image without a copy: a view of the decoded
+        # rows (RGBX is Pillow's own layout for RGB) with the image's stride.
+        view = memoryview(flat.data)[(top * sw + left) * 4 :]
+        im = Image.frombuffer("RGBX", (w, h), view, "raw", "RGBX", sw * 4, 1)
+        return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR))
+
+    def box_resize(
+        self, box: tuple[float, float, float, float], out_hw: tuple[int, int], dct_scaling: bool
+    ) -> np.ndarray:
+        """Resample ``box = (left, top, right, bottom)`` of the image to ``out_hw``."""
+        Image = pil_image()
+        oh, ow = out_hw
+        if not self.jpeg:
+            assert self.pixels is not None
+            im = Image.fromarray(self.pixels)
+        else:
+            r = self._scale(box[2] - box[0], box[3] - box[1], out_hw, dct_scaling)
+            pix, _ = self._decode(r)
+            if pix.shape[:2] != (-(-self.height // r), -(-self.width // r)):
+                r, (pix, _) = 1, self._decode(1)
+            sh, sw = pix.shape[:2]
             im = Image.frombuffer("RGBX", (sw, sh), pix, "raw", "RGBX", 0, 1)
             if r > 1:
                 fx, fy = sw / self.width, sh / self.height
                 box = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
-        else:
-            assert self.pixels is not None
-            im = Image.fromarray(self.pixels)
-        out = im.resize((ow, oh), Image.Resampling.BILINEAR, box=box)
-        return np.asarray(out)
+        return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR, box=box))
 
 
 def decode_random_resized_crop(
@@ -223,7 +261,7 @@ def decode_random_resized_crop(
             src.height, src.width, rng, scale, ratio, attempts
         )
         flipped = flip and bool(rng.random() < 0.5)
-        pix = src.resample((left, top, left + w, top + h), out_hw, dct_scaling)
+        pix = src.crop_resize(top, left, h, w, out_hw, dct_scaling)
         out[done] = pix[:, ::-1, :3] if flipped else pix[:, :, :3]  # the one copy
         done += 1
 
@@ -271,7 +309,7 @@ def decode_resize_center_crop(
         left = int(round((nw - ow) / 2.0))
         sx, sy = w / nw, h / nh
         box = (left * sx, top * sy, (left + ow) * sx, (top + oh) * sy)
-        out[done] = src.resample(box, out_hw, dct_scaling)[:, :, :3]
+        out[done] = src.box_resize(box, out_hw, dct_scaling)[:, :, :3]
         done += 1
 
     _, index, skipped = run_batch(batch, one, on_error)
