@@ -246,7 +246,10 @@ class TarReader(ReaderBase):
             h = d[buf.pos + rel : buf.pos + rel + _BLOCK]
             if h == bytes(_BLOCK):
                 return None  # the end-of-archive marker
-            stored = _octal(h[148:156])
+            try:
+                stored = _octal(h[148:156])
+            except ValueError:
+                stored = -1
             check = sum(h[:148]) + 8 * 32 + sum(h[156:])
             if stored != check:
                 raise _BadSample(
