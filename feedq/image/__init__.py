@@ -49,12 +49,14 @@ from feedq.image._decode import (
     extract_jpeg_shape,
     image_format,
 )
+from feedq.image._extras import JPEG_CROP
 from feedq.image._folders import ImageFolder, image_folder
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "ImageBatch",
     "ImageFolder",
+    "JPEG_CROP",
     "ResizeMethod",
     "SkippedImage",
     "central_crop",

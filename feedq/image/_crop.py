@@ -34,7 +34,7 @@ from feedq.image._batch import (
     run_batch,
 )
 from feedq.image._decode import _decode_pil, image_format, jpeg_header
-from feedq.image._extras import pil_image, simplejpeg_module
+from feedq.image._extras import jpegcrop, pil_image, simplejpeg_module
 
 __all__ = [
     "decode_random_resized_crop",
@@ -113,25 +113,34 @@ def _size2(size: int | Sequence[int]) -> tuple[int, int]:
 
 
 class _Source:
-    """One image, decoded at the coarsest DCT scale a crop allows (JPEG), or whole."""
+    """One image: its header read, then decoded only as far as a crop needs.
+
+    JPEG windows come from the native cropped decoder when it is built
+    (:data:`~feedq.image.JPEG_CROP` ``== "native"``: rows below the window
+    are never decoded, columns beside it never inverse-transformed), else
+    from a full decode (simplejpeg) and a strided view of the window: the
+    same pixels either way. PNG and BMP are decoded whole (Pillow).
+    """
 
     def __init__(self, data: Any, max_pixels: int | None) -> None:
         self.data = data
         fmt = image_format(data)
         self.jpeg = fmt == "jpeg"
         self.pixels: np.ndarray | None = None
+        self.cmyk = False
         if self.jpeg:
-            self.height, self.width, _ = jpeg_header(data, max_pixels)
+            self.height, self.width, colorspace = jpeg_header(data, max_pixels)
+            self.cmyk = colorspace in ("CMYK", "YCCK")
         elif fmt in ("png", "bmp"):
             self.pixels = _decode_pil(data, fmt, 3, max_pixels)
             self.height, self.width = self.pixels.shape[:2]
         else:
             raise BadImage("unknown image format: not JPEG, PNG or BMP")
 
-    def _decode(self, r: int) -> tuple[np.ndarray, np.ndarray]:
-        """The JPEG's RGBX pixels at scale ``1/r`` and the flat buffer holding
-        them, one row longer than the image (so that a crop of the last rows
-        can be mapped with the image's stride, see :meth:`crop_resize`)."""
+    def _full(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """The JPEG's RGBX pixels at scale ``1/r`` (simplejpeg) and the flat
+        buffer holding them, one row longer than the image, so that a window
+        of the last rows can be mapped with the image's stride."""
         sj = simplejpeg_module()
         sh, sw = -(-self.height // r), -(-self.width // r)
         buf = np.empty((sh + 1) * sw * 4, dtype=np.uint8)
@@ -146,8 +155,33 @@ class _Source:
             buf[: pix.size] = pix.reshape(-1)
         return pix, buf
 
+    def scaled(self, r: int) -> tuple[int, int]:
+        """The image's size at scale ``1/r`` (libjpeg's ``ceil(size / r)``)."""
+        return -(-self.height // r), -(-self.width // r)
+
+    def window(self, r: int, y: int, x: int, h: int, w: int) -> Any:
+        """Rows ``[y, y + h)``, columns ``[x, x + w)`` of the image at scale
+        ``1/r`` as an RGBX Pillow image (no copy of the decoded pixels)."""
+        Image = pil_image()
+        if self.pixels is not None:
+            return Image.fromarray(self.pixels[y : y + h, x : x + w])
+        native = jpegcrop()
+        if native is not None and not self.cmyk:
+            buf = np.empty(h * w * 4, dtype=np.uint8)
+            try:
+                native.decode_crop(self.data, y, x, h, w, r, 0, 1, buf)
+            except ValueError as exc:
+                raise bad("invalid JPEG data", exc) from None
+            return Image.frombuffer("RGBX", (w, h), buf, "raw", "RGBX", 0, 1)
+        pix, flat = self._full(r)
+        sh, sw = pix.shape[:2]
+        if (sh, sw) != self.scaled(r):  # pragma: no cover - M/8 rounding on a tiny image
+            raise BadImage(f"cannot scale a {self.width} x {self.height} JPEG by 1/{r}")
+        view = memoryview(flat.data)[(y * sw + x) * 4 :]
+        return Image.frombuffer("RGBX", (w, h), view, "raw", "RGBX", sw * 4, 1)
+
     def _scale(self, crop_w: float, crop_h: float, out_hw: tuple[int, int], dct: bool) -> int:
-        if dct:
+        if dct and self.jpeg and min(self.height, self.width) >= 16:
             for r in (8, 4, 2):
                 if crop_w >= r * out_hw[1] and crop_h >= r * out_hw[0]:
                     return r
@@ -159,48 +193,33 @@ class _Source:
         """Crop, then resample the crop to ``out_hw`` (torchvision's ``resized_crop``)."""
         Image = pil_image()
         oh, ow = out_hw
-        if not self.jpeg:
-            assert self.pixels is not None
-            im = Image.fromarray(self.pixels[top : top + h, left : left + w])
-            return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR))
         r = self._scale(w, h, out_hw, dct_scaling)
-        pix, flat = self._decode(r)
-        if pix.shape[:2] != (-(-self.height // r), -(-self.width // r)):
-            r, (pix, flat) = 1, self._decode(1)  # a tiny image: M/8 scaling rounds otherwise
-        sh, sw = pix.shape[:2]
-        if r > 1:
-            # Scaled: resample the crop's box of the smaller image (float
-            # coordinates keep the crop's geometry exact).
-            im = Image.frombuffer("RGBX", (sw, sh), flat, "raw", "RGBX", 0, 1)
-            fx, fy = sw / self.width, sh / self.height
-            box = (left * fx, top * fy, (left + w) * fx, (top + h) * fy)
-            return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR, box=box))
-        # The crop as a Pillow image without a copy: a view of the decoded
-        # rows (RGBX is Pillow's own layout for RGB) with the image's stride.
-        view = memoryview(flat.data)[(top * sw + left) * 4 :]
-        im = Image.frombuffer("RGBX", (w, h), view, "raw", "RGBX", sw * 4, 1)
-        return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR))
+        if r == 1:
+            im = self.window(1, top, left, h, w)
+            return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR))
+        # Scaled: resample the crop's box of the smaller image (float
+        # coordinates keep the crop's geometry exact).
+        return self.box_resize((left, top, left + w, top + h), out_hw, r)
 
     def box_resize(
-        self, box: tuple[float, float, float, float], out_hw: tuple[int, int], dct_scaling: bool
+        self, box: tuple[float, float, float, float], out_hw: tuple[int, int], r: int
     ) -> np.ndarray:
-        """Resample ``box = (left, top, right, bottom)`` of the image to ``out_hw``."""
+        """Resample ``box = (left, top, right, bottom)`` (in the image's pixels)
+        to ``out_hw``, from the image decoded at scale ``1/r``."""
         Image = pil_image()
         oh, ow = out_hw
-        if not self.jpeg:
-            assert self.pixels is not None
-            im = Image.fromarray(self.pixels)
-        else:
-            r = self._scale(box[2] - box[0], box[3] - box[1], out_hw, dct_scaling)
-            pix, _ = self._decode(r)
-            if pix.shape[:2] != (-(-self.height // r), -(-self.width // r)):
-                r, (pix, _) = 1, self._decode(1)
-            sh, sw = pix.shape[:2]
-            im = Image.frombuffer("RGBX", (sw, sh), pix, "raw", "RGBX", 0, 1)
-            if r > 1:
-                fx, fy = sw / self.width, sh / self.height
-                box = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
-        return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR, box=box))
+        sh, sw = self.scaled(r)
+        fx, fy = sw / self.width, sh / self.height
+        b = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
+        # The window the filter reads: the box and its support (Pillow's
+        # bilinear reaches max(1, scale) pixels out), clipped to the image.
+        mx = int(math.ceil(max(1.0, (b[2] - b[0]) / ow))) + 1
+        my = int(math.ceil(max(1.0, (b[3] - b[1]) / oh))) + 1
+        x0, y0 = max(0, int(b[0]) - mx), max(0, int(b[1]) - my)
+        x1, y1 = min(sw, int(math.ceil(b[2])) + mx), min(sh, int(math.ceil(b[3])) + my)
+        im = self.window(r, y0, x0, y1 - y0, x1 - x0)
+        rel = (b[0] - x0, b[1] - y0, b[2] - x0, b[3] - y0)
+        return np.asarray(im.resize((ow, oh), Image.Resampling.BILINEAR, box=rel))
 
 
 def decode_random_resized_crop(
@@ -309,7 +328,8 @@ def decode_resize_center_crop(
         left = int(round((nw - ow) / 2.0))
         sx, sy = w / nw, h / nh
         box = (left * sx, top * sy, (left + ow) * sx, (top + oh) * sy)
-        out[done] = src.box_resize(box, out_hw, dct_scaling)[:, :, :3]
+        r = src._scale(box[2] - box[0], box[3] - box[1], out_hw, dct_scaling)
+        out[done] = src.box_resize(box, out_hw, r)[:, :, :3]
         done += 1
 
     _, index, skipped = run_batch(batch, one, on_error)

@@ -31,7 +31,7 @@ from feedq.image._batch import (
     one_image,
     run_batch,
 )
-from feedq.image._extras import pil_image, simplejpeg_module
+from feedq.image._extras import jpegcrop, pil_image, simplejpeg_module
 
 __all__ = [
     "decode_and_crop_jpeg",
@@ -256,7 +256,9 @@ def decode_and_crop_jpeg(
     """Decode the ``crop_window = [y, x, h, w]`` of JPEG images (TF1's op).
 
     The window is in the pixels of the decoded image (after ``ratio``) and
-    must lie inside it. For a batch, ``crop_window`` is one window for
+    must lie inside it. Only the window is decoded when the native cropped
+    decoder is built (:data:`~feedq.image.JPEG_CROP`); the pixels are those of
+    the full decode's window either way. For a batch, ``crop_window`` is one window for
     every image or an ``[n, 4]`` array of one per image.
 
     Returns:
@@ -279,6 +281,22 @@ def decode_and_crop_jpeg(
 
     def one(i: int, data: Any) -> np.ndarray:
         y, x, h, w = (int(v) for v in (windows if windows.ndim == 1 else windows[i]))
+        native = jpegcrop()
+        if native is not None and channels != 1:
+            hh, ww, colorspace = jpeg_header(data, max_pixels)
+            ih, iw = -(-hh // ratio), -(-ww // ratio)
+            if colorspace not in ("Gray", "CMYK", "YCCK") and 0 < h and 0 < w:
+                if y < 0 or x < 0 or y + h > ih or x + w > iw:
+                    raise BadImage(
+                        f"crop window [{y}, {x}, {h}, {w}] is not inside the {ih} x {iw} image"
+                    )
+                buf = np.empty((h, w, 4), dtype=np.uint8)
+                try:
+                    native.decode_crop(data, y, x, h, w, ratio, int(fastdct),
+                                       int(fancy_upscaling), buf)
+                except ValueError as exc:
+                    raise bad("invalid JPEG data", exc) from None
+                return np.ascontiguousarray(buf[:, :, :3])
         img = jpeg_pixels(
             data,
             channels=channels,
