@@ -14,7 +14,6 @@ pixels is refused before any pixel is decoded (a decompression bomb).
 from __future__ import annotations
 
 import io
-import math
 import warnings
 from typing import Any
 
@@ -517,7 +516,3 @@ def _apply(contents: Any, decode: Any, on_error: OnError) -> Any:
     images, index, skipped = run_batch(batch, lambda i, d: decode(d), on_error)
     return ImageBatch(images, index, skipped)
 
-
-def scaled_size(size: int, ratio: int) -> int:
-    """Pixels along one side after decoding with ``ratio`` (``ceil(size / ratio)``)."""
-    return math.ceil(size / ratio)

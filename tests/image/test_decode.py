@@ -284,3 +284,17 @@ def test_jpeg_decode_releases_the_gil() -> None:
     held_rate, freed_rate = held / held_s, freed / freed_s
     assert freed > 1000, (freed, freed_s)
     assert freed_rate > 5 * held_rate, (freed_rate, held_rate)
+
+
+def test_missing_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from feedq.errors import MissingExtraError
+
+    jpg, png = jpeg(), encoded("PNG")
+    monkeypatch.setitem(sys.modules, "simplejpeg", None)
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(MissingExtraError, match=r'^JPEG decoding needs simplejpeg, which is not installed: pip install "feedq\[image\]"$'):
+        decode_jpeg(jpg)
+    with pytest.raises(MissingExtraError, match=r'^image decoding and resizing needs PIL, which is not installed: pip install "feedq\[image\]"$'):
+        decode_png(png)
