@@ -34,7 +34,9 @@ from feedq.readers import FixedLenFeature, TarReader, TFRecordReader, WholeFileR
 try:
     import torch
 except ImportError:
-    sys.exit(str(feedq.MissingExtraError.for_module("torch", "examples/images_torch_training.py")))
+    sys.exit(f"{feedq.MissingExtraError.for_module('torch', 'examples/images_torch_training.py')}\n"
+             "A CPU-only torch is enough: "
+             "pip install torch --index-url https://download.pytorch.org/whl/cpu")
 
 QUICK = os.environ.get("FEEDQ_EXAMPLE_QUICK") == "1"
 IMAGES, CLASSES, SIZE, BATCH = (96, 4, 64, 16) if QUICK else (800, 10, 128, 64)

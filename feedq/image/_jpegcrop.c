@@ -156,13 +156,13 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__jpegcrop(void) {
-#ifdef JPEG_LIB_VERSION
     PyObject *m = PyModule_Create(&module);
 #ifdef LIBJPEG_TURBO_VERSION_NUMBER
-    if (m != NULL) {
-        PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER", LIBJPEG_TURBO_VERSION_NUMBER);
+    if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER",
+                                             LIBJPEG_TURBO_VERSION_NUMBER) < 0) {
+        Py_DECREF(m);
+        return NULL;
     }
 #endif
     return m;
-#endif
 }
