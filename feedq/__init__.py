@@ -8,7 +8,7 @@ parts (torch, cupy, ray, tensorflow) load on first use.
 
 from __future__ import annotations
 
-from feedq import devices, errors, process, readers, storage
+from feedq import devices, errors, image, process, readers, storage
 from feedq._core.timeouts import get_default_timeout, set_default_timeout
 from feedq.coordinator import Coordinator, LooperThread
 from feedq.devices import (
@@ -134,6 +134,7 @@ __all__ = [
     "get_device_config",
     "get_queue_runners",
     "get_stall_timeout",
+    "image",
     "input_producer",
     "limit_epochs",
     "list_devices",

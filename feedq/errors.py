@@ -22,7 +22,7 @@ catch the built-in::
     ├── AbortedError                   an operation aborted by a concurrent one
     ├── FailedPreconditionError        the object is not in a state to do this
     │   └── MissingExtraError          an optional package (an "extra": torch,
-    │                                  CuPy, TensorFlow, Ray, zstandard) is not
+    │                                  CuPy, TensorFlow, Ray, zstandard, image) is not
     │                                  installed; also an UnimplementedError and
     │                                  an ImportError
     └── UnimplementedError             (also NotImplementedError)
@@ -136,14 +136,16 @@ _EXTRAS = {
     "ray": "ray",
     "zstandard": "zstd",
     "fsspec": "fsspec",
+    "simplejpeg": "image",
+    "PIL": "image",
 }
 
 
 class MissingExtraError(FailedPreconditionError, UnimplementedError, ImportError):
     """An optional dependency (an "extra") is not installed.
 
-    Raised on first use of a feature that needs torch, CuPy, TensorFlow, Ray
-    or ``zstandard`` (ZSTD compression) when that package cannot be imported;
+    Raised on first use of a feature that needs torch, CuPy, TensorFlow, Ray,
+    ``zstandard`` (ZSTD compression) or simplejpeg / Pillow (images) when that package cannot be imported;
     the message names the ``pip install "feedq[extra]"`` command. Not raised at
     ``import feedq``, which needs NumPy only.
 

@@ -36,14 +36,18 @@ from typing import Any
 import numpy as np
 
 from feedq.cli._formats import FORMATS
+from feedq.cli._images import IMAGE_CONTAINERS, make_image_dataset, synthetic_jpegs
 from feedq.readers import masked_crc32c
 
 __all__ = [
     "FIXED_RECORD_BYTES",
     "FORMATS",
+    "IMAGE_CONTAINERS",
     "LAYOUTS",
     "encode_examples",
     "make_dataset",
+    "make_image_dataset",
+    "synthetic_jpegs",
 ]
 
 LAYOUTS = ("basic", "realistic")

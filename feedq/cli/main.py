@@ -25,7 +25,7 @@ from feedq.cli._cluster import cluster
 from feedq.cli._formats import FORMATS, detect_format, is_stream
 from feedq.cli._schema import DEFAULT_SAMPLE, OnError
 from feedq.cli._util import CONTEXT, ProgramGroup, fail, guard, set_debug
-from feedq.cli.datasets import FIXED_RECORD_BYTES, LAYOUTS, make_dataset
+from feedq.cli.datasets import FIXED_RECORD_BYTES, LAYOUTS, make_dataset, make_image_dataset
 
 __all__ = ["main"]
 
@@ -69,10 +69,13 @@ Examples:
   feedq make-data data/tf --format tfrecord --records 1000000 --files 8
   feedq make-data data/csv --format csv --layout realistic --compression gzip
   feedq make-data data/tf --force        # replace the files of an earlier run
+  feedq make-data data/img --format images --records 8000 --files 8
 """)
 @click.argument("out", type=click.Path(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tfrecord", show_default=True,
-              help="File format to write.")
+@click.option("--format", "fmt", type=click.Choice((*FORMATS, "images")), default="tfrecord",
+              show_default=True,
+              help="File format to write; images: ImageNet-like JPEGs (needs the image extra) in "
+                   "OUT/folders, OUT/tfrecord and OUT/tar.")
 @click.option("--layout", type=click.Choice(LAYOUTS), default="basic", show_default=True,
               help="basic: the benchmark records (fixed sizes); realistic (csv, tfrecord): variable-length "
                    "Examples {ids: 0-20 int64, label: 0-999, tag: bytes, x: 32 floats}, CSV fields of "
@@ -95,9 +98,30 @@ def make_data(out: str, fmt: str, layout: str, records: int, files: int, compres
     floats, label: int64}; fixed: 132-byte records (32 float32 + int32);
     parquet: x0..x7 + label; lines: text lines. Files are written whole or
     not at all: an interrupted run leaves no partial file or new folder.
+
+    images: --records JPEGs about 500 x 375, about 100 KB each (some
+    grayscale and progressive), labels i % 10, the same images in class
+    folders, --files TFRecord shards (image/encoded, image/class/label) and
+    --files tar shards (<key>.jpg + <key>.cls).
     """
     if layout != "basic" and fmt not in ("csv", "tfrecord"):
         raise click.UsageError(f"--layout {layout} is for csv and tfrecord, not {fmt}")
+    if fmt == "images" and compression.lower() != "none":
+        raise click.UsageError("--compression is not for images (JPEGs do not compress)")
+
+    def images() -> None:
+        t0 = time.perf_counter()
+        try:
+            written = make_image_dataset(out, records, shards=files, seed=seed, overwrite=force)
+        except FileExistsError as exc:
+            fail(f"{exc}; pass --force to overwrite")
+        size = sum(os.path.getsize(p) for p in written.get("folders", []))
+        click.echo(f"wrote {records:,} JPEGs ({size / 1e6:,.1f} MB) into {out}/folders, "
+                   f"{out}/tfrecord ({files} shards) and {out}/tar ({files} shards) "
+                   f"({time.perf_counter() - t0:.1f} s)")
+
+    if fmt == "images":
+        guard(images)
 
     def body() -> None:
         comp = None if compression.lower() == "none" else compression.upper()

@@ -35,6 +35,10 @@ before it (R8, R9, R12, X6); ``on_error="skip"`` logs and counts instead.
 ``decode_csv`` names a bad line of a reader's block by its key
 (``file.csv:20002``).
 
+WebDataset-style tar shards: ``TarReader`` gives one record per sample
+(members grouped by key) as a ``TarBlock``; ``block["jpg"]`` is a
+``RecordBlock`` of that field for the image decoders (``feedq.image``).
+
 Compression: ``""``, ``"GZIP"``, ``"ZLIB"``, and ``"ZSTD"`` with the
 ``zstd`` extra (``pip install "feedq[zstd]"``), for TFRecord, text and
 fixed-length files alike. Named pipes, devices and ``/proc`` files are
@@ -72,6 +76,7 @@ from feedq.readers._fixed import FixedLengthRecordReader
 from feedq.readers._parquet import ColumnBlock, ParquetReader
 from feedq.readers._raw import decode_raw
 from feedq.readers._sequence_example import parse_sequence_example, parse_single_sequence_example
+from feedq.readers._tar import TarBlock, TarReader
 from feedq.readers._text import TextLineReader
 from feedq.readers._tfrecord import (
     TFRecordCompressionType,
@@ -98,6 +103,8 @@ __all__ = [
     "TFRecordOptions",
     "TFRecordReader",
     "TFRecordWriter",
+    "TarBlock",
+    "TarReader",
     "TextLineReader",
     "VarLenFeature",
     "WholeFileReader",

@@ -122,7 +122,8 @@ def test_missing_extra_error_for_module() -> None:
 
 
 def test_torch_examples_are_the_expected_ones() -> None:
-    assert TORCH_EXAMPLES == ["examples/devices_placement.py", "examples/torch_two_replicas.py"]
+    assert TORCH_EXAMPLES == ["examples/devices_placement.py", "examples/images_torch_training.py",
+                              "examples/torch_two_replicas.py"]
 
 
 @pytest.mark.timeout(60)

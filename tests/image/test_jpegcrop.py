@@ -1,0 +1,97 @@
+"""The native cropped JPEG decoder (feedq/image/_jpegcrop.c) against its twin
+(a full decode and the window): identical pixels, hostile input refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from feedq.cli.datasets import synthetic_jpegs
+from feedq.image import _crop, _extras, decode_random_resized_crop, decode_resize_center_crop
+from tests.image.images import jpeg, sj, with_dimensions
+
+native = _extras.jpegcrop()
+pytestmark = pytest.mark.skipif(native is None, reason="feedq.image._jpegcrop is not built")
+
+IMAGES = ([jpeg(97, 133, seed=s, sub=sub) for s in range(3) for sub in ("444", "422", "420")]
+          + [jpeg(64, 80, progressive=True), jpeg(50, 70, gray=True), jpeg(8, 9), jpeg(1, 1)])
+
+
+def full(data: bytes, r: int) -> np.ndarray:
+    h, w, _, _ = sj.decode_jpeg_header(data)
+    kw = {} if r == 1 else {"min_height": -(-h // r), "min_width": -(-w // r)}
+    return sj.decode_jpeg(data, colorspace="RGBX", **kw)
+
+
+@pytest.mark.parametrize("index", range(len(IMAGES)))
+@pytest.mark.parametrize("r", [1, 2, 4, 8])
+def test_windows_equal_the_full_decode(index: int, r: int) -> None:
+    data = IMAGES[index]
+    ref = full(data, r)
+    H, W = ref.shape[:2]
+    rng = np.random.default_rng(index * 10 + r)
+    windows = [(0, 0, H, W), (H - 1, W - 1, 1, 1)]
+    for _ in range(12):
+        h, w = int(rng.integers(1, H + 1)), int(rng.integers(1, W + 1))
+        windows.append((int(rng.integers(0, H - h + 1)), int(rng.integers(0, W - w + 1)), h, w))
+    for y, x, h, w in windows:
+        out = np.empty((h, w, 4), np.uint8)
+        native.decode_crop(data, y, x, h, w, r, 0, 1, out)
+        np.testing.assert_array_equal(out[:, :, :3], ref[y : y + h, x : x + w, :3],
+                                      err_msg=str((y, x, h, w)))
+
+
+def test_fused_crops_equal_the_twins(monkeypatch: pytest.MonkeyPatch) -> None:
+    items = synthetic_jpegs(12, 4)
+    runs = {}
+    for name, mod in (("native", native), ("python", None)):
+        monkeypatch.setattr(_extras, "_JPEGCROP", mod)
+        runs[name] = [
+            decode_random_resized_crop(items, 96, seed=3, dct_scaling=True).images,
+            decode_random_resized_crop(items, 224, seed=4).images,
+            decode_resize_center_crop(items, 64, 80).images,
+            decode_resize_center_crop(items, 224, 256).images,
+        ]
+    assert _crop.jpegcrop is _extras.jpegcrop
+    for a, b in zip(runs["native"], runs["python"]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bad_windows_and_buffers() -> None:
+    data = IMAGES[0]
+    small = np.empty(10, np.uint8)
+    with pytest.raises(ValueError, match="^output buffer too small$"):
+        native.decode_crop(data, 0, 0, 10, 10, 1, 0, 1, small)
+    out = np.empty(400 * 400 * 4, np.uint8)
+    with pytest.raises(ValueError, match="^window outside the image$"):
+        native.decode_crop(data, 90, 0, 10, 10, 1, 0, 1, out)
+    with pytest.raises(ValueError, match="^bad window or scale$"):
+        native.decode_crop(data, 0, 0, 10, 10, 3, 0, 1, out)
+    with pytest.raises(ValueError):
+        native.decode_crop(data[: len(data) // 2], 0, 0, 90, 100, 1, 0, 1, out)
+
+
+_SEED = jpeg(40, 56, sub="420")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cut=st.floats(0, 1), flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 7)), max_size=6),
+       dims=st.none() | st.tuples(st.integers(0, 65535), st.integers(0, 65535)),
+       window=st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(1, 60), st.integers(1, 60)))
+def test_hostile_input_is_refused_never_read_past(cut: float, flips: list[tuple[float, int]],
+                                                  dims: tuple[int, int] | None,
+                                                  window: tuple[int, int, int, int]) -> None:
+    data = bytearray(_SEED if dims is None else with_dimensions(_SEED, *dims))
+    for where, bit in flips:
+        data[int(where * (len(data) - 1))] ^= 1 << bit
+    data = data[: max(1, int(len(data) * cut))] if cut < 0.98 else data
+    y, x, h, w = window
+    out = np.full(h * w * 4 + 64, 0xAB, np.uint8)
+    try:
+        native.decode_crop(bytes(data), y, x, h, w, 1, 0, 1, out[: h * w * 4])
+    except ValueError:
+        pass
+    assert (out[h * w * 4 :] == 0xAB).all()  # nothing written past the window
