@@ -5,7 +5,12 @@
     (``slice_input_producer`` over ``uint8[N, 1024]``, ``shuffle_batch`` of
     64, ``min_after_dequeue=10_000``), deterministic (one thread: the state
     holds the buffer's positions and generator) and threaded (2 threads);
-(b) batches/s and process CPU per batch of that pipeline and of reader
+(b) state size and ``state_dict()`` time (median of 30 calls, wall and the
+    calling thread's CPU) of a reader pipeline over 10,000 and 100,000 file
+    names (``string_input_producer`` in order, one reader, ``shuffle_batch``
+    of 16; the first 4 files exist and the run stays in them): a state names
+    the list by a digest, so neither grows with the list;
+(c) batches/s and process CPU per batch of that pipeline and of reader
     pipelines built in ``Pipeline(resumable=True)`` (positions on every row,
     ledger, the shuffle buffer's draws logged for exact mode) vs plain
     ``Pipeline()``: interleaved rounds (a plain and a resumable run back to
@@ -20,7 +25,7 @@
     * TFRecord realistic: ``feedq make-data --format tfrecord --layout
       realistic`` Examples, ``parse_example`` of ``label`` and ``x[32]``.
 
-Run: python benchmarks/resume_state.py [--quick]
+Run: python benchmarks/resume_state.py [--quick] [--files-only]
 """
 
 from __future__ import annotations
@@ -80,6 +85,38 @@ def state_cost(x: np.ndarray[Any, Any], threads: int, warm: int) -> tuple[int, f
     return size, 1000 * statistics.median(times), 1000 * max(times)
 
 
+def files_state_cost(folder: Path, n: int) -> tuple[int, float, float]:
+    """(pickled bytes, median state_dict() ms, median thread CPU ms) of a
+    pipeline over ``n`` file names (the first 4 exist)."""
+    (folder / "train").mkdir(parents=True)
+    paths = [str(folder / "train" / f"part-{i:06d}-of-{n:06d}.csv") for i in range(n)]
+    for f in range(4):
+        Path(paths[f]).write_text("".join(f"{f * 500 + i}\n" for i in range(500)))
+    with feedq.Pipeline(resumable=True) as pipe:
+        files = feedq.string_input_producer(paths, shuffle=False, num_epochs=1, capacity=4)
+        reader = pipe.closing(TextLineReader())
+
+        def read() -> list[Any]:
+            (i,) = decode_csv(reader.read_block(files, 64), record_defaults=[[0]])
+            return [i]
+
+        feedq.shuffle_batch(read, 16, capacity=200, min_after_dequeue=100, seed=1,
+                            enqueue_many=True, dtypes=[np.int32], shapes=[[]])
+        it = iter(pipe)
+        for _ in range(5):
+            next(it)
+        wall, cpu = [], []
+        for _ in range(30):
+            next(it)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            state = pipe.state_dict()
+            c1, t1 = time.thread_time(), time.perf_counter()
+            wall.append(t1 - t0)
+            cpu.append(c1 - c0)
+        size = len(pickle.dumps(state))
+    return size, 1000 * statistics.median(wall), 1000 * statistics.median(cpu)
+
+
 def rate(build: Any, resumable: bool, batches: int) -> tuple[float, float]:
     """(batches/s, process CPU µs per batch, all threads) after a warm-up."""
     with feedq.Pipeline(resumable=resumable) as pipe:
@@ -134,11 +171,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default="", help="rates only, of the cases whose name contains "
                         "this (case-insensitive)")
+    parser.add_argument("--files-only", action="store_true",
+                        help="only (b): states of pipelines over very many files")
     args = parser.parse_args()
     rounds = 3 if args.quick else 9
     batches = 300 if args.quick else 600
     header("resumption: state size, state_dict() time, per-batch cost")
     x = np.random.default_rng(0).integers(0, 255, (RECORDS, 1024), dtype=np.uint8)
+    rows = []
+    for n in (() if args.only else (10_000, 100_000)):
+        got = []
+        for _ in range(3 if args.quick else 5):
+            with tempfile.TemporaryDirectory() as tmp:
+                got.append(files_state_cost(Path(tmp), n))
+        rows.append([f"{n:,} files", f"{statistics.median(g[0] for g in got) / 1024:.1f} KiB",
+                     f"{statistics.median(g[1] for g in got):.2f} ms",
+                     f"{statistics.median(g[2] for g in got):.2f} ms"])
+    if rows:
+        print(table(rows, ["string_input_producer over", "state (pickled)",
+                           "state_dict() median (wall)", "median (thread CPU)"]))
+    if args.files_only:
+        return
     rows = []
     for threads in (() if args.only else (1, 2)):
         size, med, worst = state_cost(x, threads, 300)

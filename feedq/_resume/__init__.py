@@ -14,6 +14,8 @@ modules and the seams. The modules, from the ground up:
 * :mod:`~feedq._resume.ledger` -- what was delivered, by ticket;
 * :mod:`~feedq._resume.snapshot_log` -- shuffle-buffer snapshots from
   checkpoints and a replay log;
+* :mod:`~feedq._resume.filelist` -- a file producer's list as a state
+  names it (a digest and chunk table, the names only while small);
 * :mod:`~feedq._resume.state` -- the state format and fingerprints, the
   batcher's part, the producer's restore;
 * :mod:`~feedq._resume.registry` -- the pipeline's resumable parts and the

@@ -26,6 +26,7 @@ import numpy as np
 from feedq._core.arrays import epoch_order
 from feedq._resume import positions as layout
 from feedq._resume import report as _report
+from feedq._resume.filelist import FileList
 from feedq.errors import InvalidArgumentError
 from feedq.queues import QueueBase
 
@@ -87,6 +88,7 @@ class ProducerPart:
         self.fingerprint_extra = fingerprint_extra
         self.overflow = False  # more than WORKLIST_BASE units were emitted
         self._fingerprint: dict[str, Any] | None = None  # the inputs never change
+        self._files: FileList | None = None  # guarded by self._lock (made once)
         self.shard = shard  # rank/world of a re-sharded state (elastic)
 
     # -- orders -------------------------------------------------------------------
@@ -109,6 +111,17 @@ class ProducerPart:
         epoch, pos = divmod(unit, self.n)
         return self.arr[int(self.order(epoch)[pos])]
 
+    def files(self) -> FileList | None:
+        """A file producer's list as states name it (None for other
+        producers); made once, on first need (its runner's first epoch makes
+        it, so that the first ``state_dict()`` does not pay for it)."""
+        if self.kind != "string":
+            return None
+        with self._lock:
+            if self._files is None:
+                self._files = FileList(self.arr.tolist())
+            return self._files
+
     def fingerprint(self) -> dict[str, Any]:
         """What a restore must agree on (the inputs by count and checksum)."""
         if self._fingerprint is None:
@@ -116,7 +129,10 @@ class ProducerPart:
         return dict(self._fingerprint)
 
     def _compute_fingerprint(self) -> dict[str, Any]:
-        if self.arr.dtype == object:
+        files = self.files()
+        if files is not None:
+            digest = files.crc32
+        elif self.arr.dtype == object:
             digest = zlib.crc32(b"\0".join(bytes(v) for v in self.arr.tolist()))
         else:
             digest = zlib.crc32(np.ascontiguousarray(self.arr).view(np.uint8).reshape(-1)[: 1 << 24].tobytes())
@@ -140,6 +156,8 @@ class ProducerPart:
         n = self.n
 
         def enqueue_epoch() -> None:
+            if not self.started:
+                self.fingerprint()  # made here, off the consumer's thread
             self.started = True
             if not self._plan_emitted:
                 self._plan_emitted = True

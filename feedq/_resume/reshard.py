@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from feedq._resume import positions as layout
+from feedq._resume.filelist import INLINE_BYTES, FileList, list_digest, to_bytes, to_text
 from feedq._resume.ledger import AnyView, pack
-from feedq._resume.state import _SHARD_KEYS, FORMAT, _view, check_state, to_bytes, to_text
+from feedq._resume.state import _SHARD_KEYS, FORMAT, _view, check_state
 from feedq.errors import InvalidArgumentError
 
 __all__ = ["reshard_states"]
@@ -64,6 +65,9 @@ def reshard_states(
             what the states hold: shard sizes, no file in two states, and
             the rank each state names when its files came from
             ``distributed.shard_files`` or it came from a re-sharded run.
+            Needed when a state names its files by digest only (their names
+            total more than 16 KiB): each rank's shard is then checked
+            against the state's digest.
 
     Returns:
         One state per new rank (plain data, like ``state_dict()``'s).
@@ -71,8 +75,9 @@ def reshard_states(
     Raises:
         InvalidArgumentError: the states are not from one job (different
             pipelines, seeds or file lists), not in rank order, one rank's
-            state twice, not from ``string_input_producer``, or more new
-            ranks than files.
+            state twice, not from ``string_input_producer``, more new
+            ranks than files, or no ``files=`` for states that name their
+            files by digest only.
     """
     if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
         raise InvalidArgumentError(f"num_ranks must be an int >= 1, got {num_ranks!r}")
@@ -80,7 +85,7 @@ def reshard_states(
         raise InvalidArgumentError("reshard_states needs the state of every old rank")
     for r, st in enumerate(states):
         check_state(st, None, None)
-        if st.get("inputs") is None:
+        if st.get("inputs") is None and not isinstance(st.get("inputs_digest"), dict):
             raise InvalidArgumentError(
                 "reshard_states works on pipelines fed by string_input_producer (files): "
                 f"state {r} does not list its producer's inputs"
@@ -96,23 +101,23 @@ def reshard_states(
     shuffle = bool(first["producer"]["shuffle"])
     limit = first["producer"].get("num_epochs")
     ranks = []
-    for st in states:
-        n = len(st["inputs"])
-        view, worklist = _view(st, n)
-        ranks.append((st, view, worklist, math.ceil(view.next / n)))
+    for r, st in enumerate(states):
+        inputs = all_files[r :: len(states)]
+        view, worklist = _view(st, len(inputs))
+        ranks.append((st, inputs, view, worklist, math.ceil(view.next / len(inputs))))
     boundary = max(begun for *_, begun in ranks)
     if limit is not None and boundary > limit:
         raise InvalidArgumentError(
             f"a state had begun epoch {boundary - 1} of a producer of num_epochs={limit}"
         )
     work: _Work = []
-    for st, view, worklist, begun in ranks:
+    for st, inputs, view, worklist, begun in ranks:
         # Open units (any epoch) and the rest of the rank's current epoch.
-        work += _rank_work(st, view, worklist, shuffle, view.next, begun, with_open=True)
-    for st, view, worklist, begun in ranks:
+        work += _rank_work(st, inputs, view, worklist, shuffle, view.next, begun, with_open=True)
+    for st, inputs, view, worklist, begun in ranks:
         # Whole epochs of a lagging rank, up to the boundary.
-        n = len(st["inputs"])
-        work += _rank_work(st, view, worklist, shuffle, begun * n, boundary, with_open=False)
+        work += _rank_work(st, inputs, view, worklist, shuffle, begun * len(inputs), boundary,
+                           with_open=False)
     seed0 = int(states[0]["producer"]["seed"])
     producer_fp = dict(first["producer"])
     for k in _SHARD_KEYS:
@@ -120,6 +125,7 @@ def reshard_states(
     out = []
     for r in range(num_ranks):
         mine = work[r::num_ranks]
+        files_r = FileList([to_bytes(f) for f in all_files[r::num_ranks]])
         index, counts, ranges = [], [], []
         for i, (_, skip) in enumerate(mine):
             if skip is not None and skip.shape[0]:
@@ -140,17 +146,18 @@ def reshard_states(
                 "ranges": pack(np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)),
             },
             "worklist": [to_text(v) for v, _ in mine],
-            "inputs": list(all_files[r::num_ranks]),
+            "inputs": files_r.inputs(),
+            "inputs_digest": files_r.digest(),
             "exact": None,
         })
     return out
 
 
-def _rank_work(st: dict[str, Any], view: AnyView, worklist: list[Any], shuffle: bool,
-               start: int, epochs: int, *, with_open: bool) -> _Work:
-    """One old rank's work: its open units (``with_open``), then stream
-    ordinals ``start`` up to the end of epoch ``epochs - 1``."""
-    inputs = st["inputs"]
+def _rank_work(st: dict[str, Any], inputs: list[str], view: AnyView, worklist: list[Any],
+               shuffle: bool, start: int, epochs: int, *, with_open: bool) -> _Work:
+    """One old rank's work (its files ``inputs``): its open units
+    (``with_open``), then stream ordinals ``start`` up to the end of epoch
+    ``epochs - 1``."""
     n = len(inputs)
     seed = int(st["producer"]["seed"])
     orders: dict[int, np.ndarray[Any, Any]] = {}
@@ -209,14 +216,22 @@ def _global_files(states: list[dict[str, Any]], files: Sequence[Any] | None) -> 
         given = [f if isinstance(f, str) else to_text(f) if isinstance(f, bytes) else str(f)
                  for f in files]
         for r, st in enumerate(states):
-            if list(st["inputs"]) != given[r::world]:
-                match = [s for s in range(world) if list(st["inputs"]) == given[s::world]]
+            if not _lists(st, given[r::world]):
+                match = [s for s in range(world) if _lists(st, given[s::world])]
                 why = f"it is files[{match[0]}::{world}]" if match else "it lists other files"
                 raise InvalidArgumentError(
                     f"state {r} is not rank {r}'s of {world} (files[{r}::{world}]): {why}; give "
                     "the states in rank order, each rank once"
                 )
         return given
+    for r, st in enumerate(states):
+        if st.get("inputs") is None:
+            count = int(st["inputs_digest"]["count"])
+            raise InvalidArgumentError(
+                f"state {r} names its {count:,} files by digest only (a state lists its files "
+                f"only while their names total at most {INLINE_BYTES // 1024} KiB): pass files=, "
+                "the global file list, to reshard_states"
+            )
     total = sum(len(st["inputs"]) for st in states)
     owner: dict[str, int] = {}
     for r, st in enumerate(states):
@@ -238,3 +253,12 @@ def _global_files(states: list[dict[str, Any]], files: Sequence[Any] | None) -> 
     for r, st in enumerate(states):
         out[r::world] = st["inputs"]
     return out
+
+
+def _lists(state: dict[str, Any], shard: list[str]) -> bool:
+    """Whether ``state``'s producer read exactly ``shard`` (by its names,
+    or by its digest when it holds none)."""
+    if state.get("inputs") is not None:
+        return list(state["inputs"]) == shard
+    digest = state["inputs_digest"]
+    return int(digest["count"]) == len(shard) and digest["sha256"] == list_digest(shard)[0]

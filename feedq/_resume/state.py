@@ -10,7 +10,8 @@ of its batcher's stage (:class:`BatcherPart`), plain data::
      "units": bytes,                      # int64 ids of units not closed
      "skips": {"index", "counts", "ranges"},  # their delivered records (ranges)
      "worklist": [...],                   # values of work-list units (elastic)
-     "inputs": [...] or None,             # a string producer's inputs (elastic)
+     "inputs": [...] or None,             # a file producer's names, while small
+     "inputs_digest": None or {"count", "sha256", "chunk", "crcs"},  # its list
      "shard": None or {"rank", "world"},  # set by reshard_states, kept after
      "exact": None or {"last", "buffer", "rng", "fed"}}
 
@@ -20,6 +21,12 @@ comes exactly once. *Exact mode* (one source, one runner thread) restores
 the shuffle buffer's positions in storage order and its generator, and
 continues the stream after the last row fed, so the batches are the ones an
 uninterrupted run would have delivered.
+
+A file producer's list is named by ``inputs_digest`` (its length, SHA-256
+and a table of chunk CRCs: ``feedq._resume.filelist``), and listed in
+``inputs`` only while its names total at most 16 KiB, so that a state does
+not grow with the list. States written before digests list every name in
+``inputs`` and no ``inputs_digest``; they load as they did.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from feedq._resume import positions as layout
+from feedq._resume.filelist import FileList, to_bytes, to_text
 from feedq._resume.ledger import AnyView, Ledger, Snapshot, pack, unpack
 from feedq._resume.producer import ProducerPart
 from feedq._resume.report import Report
@@ -121,6 +129,7 @@ class BatcherPart:
                 f"{layout.WORKLIST_BASE} elements (epochs x elements), more than positions can name"
             )
         view = self.ledger.any_view(upto)
+        files = producer.files()
         units = view.units.copy()
         worklist: list[Any] = []
         wl = np.flatnonzero(units >= layout.WORKLIST_BASE)
@@ -146,7 +155,8 @@ class BatcherPart:
                 "ranges": pack(np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)),
             },
             "worklist": [_plain(v) for v in worklist],
-            "inputs": [to_text(v) for v in producer.arr.tolist()] if producer.kind == "string" else None,
+            "inputs": None if files is None else files.inputs(),
+            "inputs_digest": None if files is None else files.digest(),
             "shard": producer.shard,
             "exact": self._exact_part(upto) if self.exact else None,
         }
@@ -202,10 +212,13 @@ class BatcherPart:
 
 
 def check_state(
-    state: Any, batcher: dict[str, Any] | None, producer: dict[str, Any] | None
+    state: Any, batcher: dict[str, Any] | None, producer: dict[str, Any] | None,
+    files: FileList | None = None,
 ) -> None:
     """A state from this pipeline's shape, or InvalidArgumentError naming
-    what differs."""
+    what differs (``files``: the producer's file list, compared with the
+    state's and the first difference named; not for re-sharded states,
+    whose lists :func:`restore_producer` compares)."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise InvalidArgumentError(
             f"not a feedq pipeline state (format {state.get('format') if isinstance(state, dict) else None!r}, "
@@ -218,6 +231,10 @@ def check_state(
     if producer is not None:
         skip = _SHARD_KEYS if state.get("elastic") else ()
         diffs += _diff("producer", saved["producer"], producer, skip)
+        if files is not None and not state.get("elastic"):
+            where = files.difference(state.get("inputs"), state.get("inputs_digest"))
+            if where is not None:
+                diffs.append(f"producer inputs: {where}")
     if diffs:
         raise InvalidArgumentError(
             "the state is from a different pipeline: " + "; ".join(diffs)
@@ -260,10 +277,14 @@ def restore_producer(producer: ProducerPart, state: dict[str, Any]) -> None:
     states re-emit the units not closed (without their delivered records)
     and continue at the saved stream position.
     """
-    check_state(state, None, producer.fingerprint())
+    files = producer.files()
+    check_state(state, None, producer.fingerprint(), files)
     if state.get("elastic"):
-        mine = [to_text(v) for v in producer.arr.tolist()]
-        if state.get("inputs") != mine:
+        where = (
+            "this producer reads no files" if files is None
+            else files.difference(state.get("inputs"), state.get("inputs_digest"))
+        )
+        if where is not None:
             shard = state.get("shard") or {}
             which = "rank r of N must read files[r::N]"
             if shard:
@@ -271,7 +292,7 @@ def restore_producer(producer: ProducerPart, state: dict[str, Any]) -> None:
                 which = f"rank {r} of {world}: it must read files[{r}::{world}]"
             raise InvalidArgumentError(
                 "this rank's files are not the ones the re-sharded state was dealt for "
-                f"(the state is for {which})"
+                f"(the state is for {which}; {where})"
             )
     if producer.shard is None:  # rank and world of a re-sharded run, saved again
         producer.shard = state.get("shard")
@@ -306,17 +327,6 @@ def restore_producer(producer: ProducerPart, state: dict[str, Any]) -> None:
             entries.append((u, value(u), None if skipped is None else layout.UnitFilter(skip=skipped)))
         start = view.next
     producer.set_plan(entries, start, worklist)
-
-
-def to_text(value: Any) -> str:
-    """A file name (bytes) as text for a state (``torch.load(weights_only=True)``
-    refuses bytes); :func:`to_bytes` undoes it exactly."""
-    return bytes(value).decode("utf-8", "surrogateescape")
-
-
-def to_bytes(value: Any) -> Any:
-    """A state's text back to the producer's bytes (other values unchanged)."""
-    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
 
 
 def _plain(value: Any) -> Any:
