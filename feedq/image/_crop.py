@@ -116,8 +116,8 @@ class _Source:
     """One image: its header read, then decoded only as far as a crop needs.
 
     JPEG windows come from the native cropped decoder when it is built
-    (:data:`~feedq.image.JPEG_CROP` ``== "native"``: rows below the window
-    are never decoded, columns beside it never inverse-transformed), else
+    (:data:`~feedq.image.JPEG_CROP` ``== "native"``: rows outside the window
+    are only entropy-decoded, columns beside it never inverse-transformed), else
     from a full decode (simplejpeg) and a strided view of the window: the
     same pixels either way. PNG and BMP are decoded whole (Pillow).
     """

@@ -52,8 +52,8 @@ def _load_jpegcrop() -> Any:
 
 _JPEGCROP = _load_jpegcrop()
 #: ``"native"`` when JPEG windows are decoded by the compiled cropped decoder
-#: (``feedq/image/_jpegcrop.c`` on libjpeg-turbo: rows below a window are
-#: never decoded, columns beside it never inverse-transformed), ``"python"``
+#: (``feedq/image/_jpegcrop.c`` on libjpeg-turbo: rows outside a window are
+#: only entropy-decoded, columns beside it never inverse-transformed), ``"python"``
 #: when by a full decode (simplejpeg) and a view of the window: the
 #: extension is not built, or ``FEEDQ_PURE_PYTHON=1``. Same pixels either way.
 JPEG_CROP = "python" if _JPEGCROP is None else "native"

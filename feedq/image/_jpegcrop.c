@@ -3,9 +3,11 @@
  * decode_crop(data, y, x, h, w, scale_denom, fast_dct, fancy, out) decodes the
  * window [y, y + h) x [x, x + w) of the image scaled by 1/scale_denom (in the
  * DCT domain) into `out` as RGBX (4 bytes a pixel, rows of w pixels). Rows
- * below the window are never decoded (jpeg_abort after the last one); rows
- * above it are skipped (entropy-decoded only: jpeg_skip_scanlines) and columns
- * outside it are not inverse-transformed (jpeg_crop_scanline). To give the
+ * above and below the window are skipped (entropy-decoded only:
+ * jpeg_skip_scanlines, then jpeg_finish_decompress reads to the end, so a
+ * file damaged below the window is refused as the twin's full decode refuses
+ * it; TF's decode_and_crop_jpeg would decode it) and columns outside it are
+ * not inverse-transformed (jpeg_crop_scanline). To give the
  * same pixels as a full decode, the window is widened by a margin of 16
  * decoded pixels on every side (clipped to the image) before cropping, so
  * that chroma upsampling at its edges sees the same neighbours.
@@ -121,6 +123,25 @@ static PyObject *py_decode_crop(PyObject *self, PyObject *args) {
                         if (line >= y) {
                             memcpy(dst + (size_t)(line - y) * w * 4, row + (size_t)skip_cols * 4,
                                    (size_t)w * 4);
+                        }
+                    }
+                    if (why == NULL) {
+                        /* The rows below, entropy-decoded only, and the end of the
+                         * data: damage anywhere in the file fails (warnings are errors). */
+                        /* (Skipping to the very end would only mark the input read:
+                         * skip to the last row and read it.) */
+                        if ((int)cinfo.output_scanline < H - 1) {
+                            jpeg_skip_scanlines(&cinfo, (JDIMENSION)(H - 1 - (int)cinfo.output_scanline));
+                        }
+                        while ((int)cinfo.output_scanline < H) {
+                            JSAMPROW rows[1] = {row};
+                            if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
+                                why = "premature end of data";
+                                break;
+                            }
+                        }
+                        if (why == NULL) {
+                            jpeg_finish_decompress(&cinfo);
                         }
                     }
                 }

@@ -95,3 +95,26 @@ def test_hostile_input_is_refused_never_read_past(cut: float, flips: list[tuple[
     except ValueError:
         pass
     assert (out[h * w * 4 :] == 0xAB).all()  # nothing written past the window
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_file_damaged_below_the_window_is_refused_like_the_twin(damage: str) -> None:
+    # A user trial: the native decoder skipped the rows below the window and
+    # so decoded a truncated or corrupt file whenever the crop lay above the
+    # damage, while the twin's full decode refused it; with on_error="skip"
+    # such an image was trained on in some epochs and skipped in others.
+    data = bytearray(synthetic_jpegs(1, 1)[0])
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    else:
+        at = len(data) * 3 // 4  # in the entropy data of the lower rows
+        for k in range(50):
+            data[at + k] ^= 0x5A
+    data = bytes(data)
+    h, w = sj.decode_jpeg_header(data)[:2]
+    with pytest.raises(ValueError):  # the twin: a full decode
+        sj.decode_jpeg(data, colorspace="RGBX", strict=True)
+    for y, x, hh, ww in [(0, 0, 16, 16), (0, 0, h // 4, w), (h // 8, w // 2, 8, 8)]:
+        out = np.empty((hh, ww, 4), np.uint8)
+        with pytest.raises(ValueError):
+            native.decode_crop(data, y, x, hh, ww, 1, 0, 1, out)
