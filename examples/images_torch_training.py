@@ -49,7 +49,8 @@ FEATURES = {"image/encoded": FixedLenFeature([], "string"),
 def augment(block: Any, encoded: Any, labels: np.ndarray, epoch: int) -> list[np.ndarray]:
     """Decode + crop + flip a block; seeds from the records' keys, so a record
     gets the same crop whichever thread decodes it, and after a resume."""
-    batch = decode_random_resized_crop(encoded, SIZE, seed=element_seeds(block, 7, epoch))
+    batch = decode_random_resized_crop(encoded, SIZE, seed=element_seeds(block, 7, epoch),
+                                       keys=block.keys())  # a bad image is named by file:record
     keys = block.keys()[batch.index]
     return [keys, batch.images, labels[batch.index]]
 

@@ -79,12 +79,27 @@ class _Batch:
     keys: Callable[[], np.ndarray] | None  # the records' keys, made on demand
 
 
-def as_batch(contents: Any) -> _Batch | None:
-    """The images of a batch, or None when ``contents`` is one image."""
+def as_batch(contents: Any, keys: Any = None) -> _Batch | None:
+    """The images of a batch, or None when ``contents`` is one image.
+
+    ``keys`` (one per image, e.g. ``block.keys()`` of the TFRecord block a
+    column of encoded images was parsed from) name the images in errors and
+    seed their crops; a RecordBlock brings its own.
+    """
     if isinstance(contents, (bytes, bytearray, memoryview, np.bytes_)):
         return None
     if isinstance(contents, np.ndarray) and contents.ndim == 0:
         return None
+    if keys is not None:
+        inner = as_batch(contents)
+        if inner is None:
+            raise InvalidArgumentError("keys= names the images of a batch, not one image")
+        given = np.asarray(keys, dtype=object).reshape(-1)
+        if given.shape[0] != len(inner.items):
+            raise InvalidArgumentError(
+                f"keys= has {given.shape[0]} keys for a batch of {len(inner.items)} images"
+            )
+        return _Batch(inner.items, lambda: given)
     if isinstance(contents, RecordBlock):
         view = memoryview(contents.data)
         items = [view[s:e] for s, e in zip(contents.starts.tolist(), contents.ends.tolist())]
@@ -116,7 +131,8 @@ def describe(batch: _Batch, i: int) -> tuple[bytes | None, str]:
     """The key of image ``i`` and how an error names it."""
     if batch.keys is None:
         return None, f"image {i} of the batch"
-    key = bytes(batch.keys()[i])
+    k = batch.keys()[i]
+    key = k.encode() if isinstance(k, str) else bytes(k)
     return key, f"image {i} of the batch ({key.decode('utf-8', 'backslashreplace')})"
 
 

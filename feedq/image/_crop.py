@@ -44,19 +44,21 @@ __all__ = [
 ]
 
 
-def element_seeds(contents: Any, seed: int, epoch: int = 0) -> np.ndarray:
+def element_seeds(contents: Any, seed: int, epoch: int = 0, keys: Any = None) -> np.ndarray:
     """One uint64 seed per image of a batch, from ``seed``, ``epoch`` and its identity.
 
     The identity is the record's key for a :class:`~feedq.readers.RecordBlock`
-    (so the same record gets the same seed whatever block it arrives in), its
-    row for a list or array. Pass ``epoch`` to draw new crops each epoch.
+    (so the same record gets the same seed whatever block it arrives in), or
+    ``keys`` when given (e.g. ``block.keys()`` of the block a column of
+    images was parsed from), else its row for a list or array. Pass
+    ``epoch`` to draw new crops each epoch.
     """
-    batch = as_batch(contents)
+    batch = as_batch(contents, keys)
     if batch is None:
         raise InvalidArgumentError("element_seeds takes a batch of images")
     n = len(batch.items)
     if batch.keys is not None:
-        idents = [bytes(k) for k in batch.keys()]
+        idents = [k.encode() if isinstance(k, str) else bytes(k) for k in batch.keys()]
     else:
         idents = [b"%d" % i for i in range(n)]
     prefix = b"%d:%d:" % (int(seed), int(epoch))
@@ -234,6 +236,7 @@ def decode_random_resized_crop(
     dct_scaling: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> ImageBatch:
     """Train augmentation, fused: decode, random resized crop, random flip → uint8 batch.
 
@@ -264,7 +267,7 @@ def decode_random_resized_crop(
     out_hw = _size2(size)
     if not (0 < scale[0] <= scale[1]) or not (0 < ratio[0] <= ratio[1]):
         raise InvalidArgumentError(f"bad scale {scale} or ratio {ratio}")
-    batch = as_batch(contents)
+    batch = as_batch(contents, keys)
     if batch is None:
         raise InvalidArgumentError("decode_random_resized_crop takes a batch of images")
     seeds = _seeds(contents, seed, epoch, len(batch.items))
@@ -297,6 +300,7 @@ def decode_resize_center_crop(
     dct_scaling: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> ImageBatch:
     """Eval transform, fused: resize the shorter side to ``resize_size``, centre crop ``size``.
 
@@ -308,7 +312,7 @@ def decode_resize_center_crop(
         An :class:`~feedq.image.ImageBatch` with ``images`` ``[k, h, w, 3]`` uint8.
     """
     out_hw = _size2(size)
-    batch = as_batch(contents)
+    batch = as_batch(contents, keys)
     if batch is None:
         raise InvalidArgumentError("decode_resize_center_crop takes a batch of images")
     out = np.empty((len(batch.items), *out_hw, 3), dtype=np.uint8)

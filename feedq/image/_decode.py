@@ -166,6 +166,7 @@ def decode_jpeg(
     *,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> Any:
     """Decode JPEG images to uint8 ``[height, width, channels]`` (TF1's ``tf.image.decode_jpeg``).
 
@@ -211,7 +212,7 @@ def decode_jpeg(
             max_pixels=max_pixels,
         )
 
-    return _apply(contents, one, on_error)
+    return _apply(contents, one, on_error, keys)
 
 
 def extract_jpeg_shape(
@@ -251,6 +252,7 @@ def decode_and_crop_jpeg(
     *,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> Any:
     """Decode the ``crop_window = [y, x, h, w]`` of JPEG images (TF1's op).
 
@@ -311,7 +313,7 @@ def decode_and_crop_jpeg(
             )
         return np.ascontiguousarray(img[y : y + h, x : x + w])
 
-    batch = as_batch(contents)
+    batch = as_batch(contents, keys)
     if batch is None:
         if windows.ndim != 1:
             raise InvalidArgumentError("one image takes one crop_window [y, x, h, w]")
@@ -388,6 +390,7 @@ def decode_png(
     *,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> Any:
     """Decode PNG images to uint8 ``[height, width, channels]`` (TF1's op).
 
@@ -403,7 +406,7 @@ def decode_png(
     channels = _check_channels(channels, (0, 1, 2, 3, 4))
     if np.dtype(dtype) != np.uint8:
         raise UnimplementedError(f"decode_png decodes to uint8 only, not {np.dtype(dtype)}")
-    return _apply(contents, lambda d: _decode_pil(d, "png", channels, max_pixels), on_error)
+    return _apply(contents, lambda d: _decode_pil(d, "png", channels, max_pixels), on_error, keys)
 
 
 def decode_bmp(
@@ -413,6 +416,7 @@ def decode_bmp(
     *,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> Any:
     """Decode BMP images to uint8 ``[height, width, channels]`` (TF1's op; 0, 3 or 4)."""
     channels = _check_channels(channels, (0, 3, 4))
@@ -420,7 +424,7 @@ def decode_bmp(
     def one(data: Any) -> np.ndarray:
         return _decode_pil(data, "bmp", channels or 3, max_pixels)
 
-    return _apply(contents, one, on_error)
+    return _apply(contents, one, on_error, keys)
 
 
 def _gif_frames(data: Any, max_pixels: int | None, first_only: bool) -> np.ndarray:
@@ -448,12 +452,13 @@ def decode_gif(
     *,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> Any:
     """Decode GIFs to uint8 ``[frames, height, width, 3]`` (TF1's op).
 
     ``max_pixels`` bounds the pixels of all frames together.
     """
-    return _apply(contents, lambda d: _gif_frames(d, max_pixels, False), on_error)
+    return _apply(contents, lambda d: _gif_frames(d, max_pixels, False), on_error, keys)
 
 
 def decode_image(
@@ -465,6 +470,7 @@ def decode_image(
     *,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
+    keys: Any = None,
 ) -> Any:
     """Decode JPEG, PNG, GIF or BMP, told apart by their first bytes (TF's op).
 
@@ -498,7 +504,7 @@ def decode_image(
             return frames[0] if not expand_animations else frames
         raise BadImage("unknown image format: not JPEG, PNG, GIF or BMP")
 
-    return _apply(contents, one, on_error)
+    return _apply(contents, one, on_error, keys)
 
 
 # ---------------------------------------------------------------- helpers
@@ -509,8 +515,8 @@ def _single(decode: Any, data: Any) -> Any:
         raise InvalidArgumentError(str(exc)) from None
 
 
-def _apply(contents: Any, decode: Any, on_error: OnError) -> Any:
-    batch = as_batch(contents)
+def _apply(contents: Any, decode: Any, on_error: OnError, keys: Any = None) -> Any:
+    batch = as_batch(contents, keys)
     if batch is None:
         return _single(decode, one_image(contents))
     images, index, skipped = run_batch(batch, lambda i, d: decode(d), on_error)

@@ -95,3 +95,35 @@ def test_three_containers_same_images_and_labels_once_per_epoch(dataset: dict[st
     assert sorted(a) == sorted(b) == sorted(c)
     # labels are those the dataset was written with (image i has label i % classes)
     assert sorted(lab for _, lab, _ in a) == sorted(i % CLASSES for i in range(N))
+
+
+def test_a_bad_image_in_a_tfrecord_is_named_by_file_and_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A user trial: a column parsed from a TFRecord block had lost the
+    # records' keys, so a bad image was "image 1 of the batch" only.
+    from feedq.cli.datasets import synthetic_jpegs
+    from feedq.errors import InvalidArgumentError
+    from feedq.image import decode_random_resized_crop, element_seeds
+    from feedq.queues import FIFOQueue
+    from feedq.readers import TFRecordWriter, serialize_example
+
+    good = synthetic_jpegs(2, 1)
+    path = tmp_path / "bad.tfrecord"
+    with TFRecordWriter(str(path)) as w:
+        for i, data in enumerate([good[0], b"not an image", good[1]]):
+            w.write(serialize_example({"image/encoded": [data], "image/class/label": [i]}))
+    q = FIFOQueue(1, str, shapes=[[]])
+    q.enqueue(str(path))
+    q.close()
+    block = TFRecordReader().read_block(q, 10)
+    ex = parse_example(block, FEATURES)
+    where = f"{path}:{int(block.key_ids[1])}"  # TF's key: the file and the record's offset
+    with pytest.raises(InvalidArgumentError, match=rf"image 1 of the batch \({where}\)"):
+        decode_random_resized_crop(ex["image/encoded"], 32, keys=block.keys())
+    b = decode_random_resized_crop(ex["image/encoded"], 32, keys=block.keys(), on_error="skip",
+                                   seed=element_seeds(block, 7))
+    assert b.index.tolist() == [0, 2] and where in caplog.text
+    # The keys seed the crops as the block itself does.
+    np.testing.assert_array_equal(element_seeds(ex["image/encoded"], 7, keys=block.keys()),
+                                  element_seeds(block, 7))
+    with pytest.raises(InvalidArgumentError, match="keys= has 2 keys for a batch of 3 images"):
+        decode_random_resized_crop(ex["image/encoded"], 32, keys=block.keys()[:2])
