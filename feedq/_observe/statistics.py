@@ -443,10 +443,10 @@ def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTim
         # a few takes (the first ones, while the pipeline started), not a
         # stage that cannot keep up.
         return Bottleneck(None, (
-            f"no bottleneck: the consumer is the limit (data was ready for "
-            f"{_pct(consumer.readiness)} of {consumer.takes} takes and {last.name!r} waited "
-            f"{_pct(l_out)} of its time for room in its full queue; the consumer's "
-            f"{consumer.waited_takes} waiting takes took {consumer.wait_s:.3f} s)"), "consumer")
+            f"no bottleneck: the consumer is the limit (it waited {_pct(wait_share)} of the "
+            f"time, in {consumer.waited_takes} of {consumer.takes} takes ({consumer.wait_s:.3f} s); "
+            f"data was ready for {_pct(consumer.readiness)} of its takes and {last.name!r} waited "
+            f"{_pct(l_out)} of its time for room in its full queue)"), "consumer")
     small = _small_capacity(elapsed, last, consumer, wait_share)
     if small is not None:
         return small

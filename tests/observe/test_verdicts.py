@@ -78,8 +78,9 @@ def test_a_full_queue_that_readies_every_take_is_the_consumers_limit() -> None:
     started = ConsumerTiming(takes=1564, waited_takes=6, wait_s=0.014, readiness=0.996)
     b = verdict(0.12, [PRODUCER, _batcher(0.03, 0.068, capacity=16384, batch_size=256)], started)
     assert (b.stage, b.cause) == (None, "consumer")
-    assert b.reason.startswith("no bottleneck: the consumer is the limit (data was ready for 100% "
-                               "of 1564 takes and 'batch/fifo_queue' waited 57% of its time")
+    assert b.reason == ("no bottleneck: the consumer is the limit (it waited 12% of the time, in 6 "
+                        "of 1564 takes (0.014 s); data was ready for 100% of its takes and "
+                        "'batch/fifo_queue' waited 57% of its time for room in its full queue)")
     # Takes that did wait on that full queue are not told to grow a queue
     # that already holds two batches either.
     b = verdict(10.0, [PRODUCER, _batcher(2.0, 7.5, capacity=16384, batch_size=256)], WAITING)
