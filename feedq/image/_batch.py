@@ -94,7 +94,9 @@ def as_batch(contents: Any, keys: Any = None) -> _Batch | None:
         inner = as_batch(contents)
         if inner is None:
             raise InvalidArgumentError("keys= names the images of a batch, not one image")
-        given = np.asarray(keys, dtype=object).reshape(-1)
+        given = np.empty(len(np.asarray(keys, dtype=object).reshape(-1)), dtype=object)
+        given[:] = [k.encode() if isinstance(k, str) else bytes(k)
+                    for k in np.asarray(keys, dtype=object).reshape(-1).tolist()]
         if given.shape[0] != len(inner.items):
             raise InvalidArgumentError(
                 f"keys= has {given.shape[0]} keys for a batch of {len(inner.items)} images"
@@ -131,8 +133,7 @@ def describe(batch: _Batch, i: int) -> tuple[bytes | None, str]:
     """The key of image ``i`` and how an error names it."""
     if batch.keys is None:
         return None, f"image {i} of the batch"
-    k = batch.keys()[i]
-    key = k.encode() if isinstance(k, str) else bytes(k)
+    key = bytes(batch.keys()[i])
     return key, f"image {i} of the batch ({key.decode('utf-8', 'backslashreplace')})"
 
 

@@ -58,7 +58,7 @@ def element_seeds(contents: Any, seed: int, epoch: int = 0, keys: Any = None) ->
         raise InvalidArgumentError("element_seeds takes a batch of images")
     n = len(batch.items)
     if batch.keys is not None:
-        idents = [k.encode() if isinstance(k, str) else bytes(k) for k in batch.keys()]
+        idents = [bytes(k) for k in batch.keys()]
     else:
         idents = [b"%d" % i for i in range(n)]
     prefix = b"%d:%d:" % (int(seed), int(epoch))
