@@ -3,8 +3,9 @@ TFRecord files by each way of loading, all in the same run.
 
 Data: ``feedq make-data --format tfrecord --layout realistic`` files
 (variable-length Examples {ids, label, tag, x}); the step reads ``x`` (32
-floats) and ``label`` (0..999), batches of 256, and trains a light
-(32->128->128->1000) or heavy (hidden 1024) MLP with SGD.
+floats) and ``label`` (0..999), batches of 256, and trains an
+MLP 32 -> H -> H -> 1000 (H = 128, 256 or 1024) with SGD, torch using its
+default number of threads (every core) unless ``--torch-threads`` says otherwise.
 
 Feeders:
   memory      pre-decoded tensors in memory: the bound
@@ -13,6 +14,10 @@ Feeders:
   threads     the same feedq pipeline in this process (runner threads)
   process1    feedq.process_stage(build, 1): the whole loader in one subprocess
   process2    feedq.process_stage(build, 2)
+  *-nice      the same with the loader's threads (or worker processes) --nice
+              niceness steps below the training thread (feedq.Pipeline(
+              loader_niceness=...), feedq.set_loader_niceness); the rows without
+              -nice run the loader at the training thread's priority
 each with and without a pure-Python per-record transform (~20 us a record,
 standing in for augmentation); ``build`` is one function for all of them.
 
@@ -23,7 +28,7 @@ the share of the time spent waiting for batches, and CPU seconds per 1000
 steps of this process and of the loader's worker processes.
 
     python benchmarks/training_step.py                  # everything, ~2 minutes
-    python benchmarks/training_step.py --seconds 2 --models light --feeders threads process2
+    python benchmarks/training_step.py --seconds 2 --models h128 --feeders memory threads threads-nice
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ from feedq.readers import FixedLenFeature, TFRecordReader, parse_example
 
 BATCH = 256
 FEATURES = {"x": FixedLenFeature([32], np.float32), "label": FixedLenFeature([], np.int64)}
-FEEDERS = ("memory", "dataloader", "threads", "process1", "process2")
-HIDDEN = {"light": 128, "heavy": 1024}
+FEEDERS = ("memory", "dataloader", "threads", "threads-nice", "process1", "process2", "process2-nice")
+HIDDEN = {"h128": 128, "h256": 256, "h1024": 1024}
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -177,7 +182,18 @@ def run_loop(model: Model, take: Callable[[], tuple[Any, Any, bool | None]], war
 
 
 def feed(kind: str, model: Model, files: list[str], rounds: int, memory: tuple[Any, Any],
-         warmup: float, seconds: float) -> dict[str, float]:
+         warmup: float, seconds: float, nice: int) -> dict[str, float]:
+    niceness = nice if kind.endswith("-nice") else 0
+    kind = kind.removesuffix("-nice")
+    previous = feedq.set_loader_niceness(niceness)
+    try:
+        return _feed(kind, model, files, rounds, memory, warmup, seconds)
+    finally:
+        feedq.set_loader_niceness(previous)
+
+
+def _feed(kind: str, model: Model, files: list[str], rounds: int, memory: tuple[Any, Any],
+          warmup: float, seconds: float) -> dict[str, float]:
     import torch
 
     part = functools.partial(build, files, rounds)
@@ -268,14 +284,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transform", choices=["both", "off", "on"], default="both")
     parser.add_argument("--repeats", type=int, default=2,
                         help="rounds over the feeders (interleaved); medians are reported")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads for the step (default 1: on a small shared "
-                             "machine OpenMP threads spin against the loader's processes)")
+    parser.add_argument("--nice", type=int, default=10,
+                        help="niceness steps of the loader in the *-nice rows")
+    parser.add_argument("--torch-threads", type=int, default=0,
+                        help="torch intra-op threads for the step (default 0: torch's own default, "
+                             "every core, as users run it)")
     args = parser.parse_args(argv)
 
     import torch
 
-    torch.set_num_threads(args.torch_threads)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
 
     core = "python (this build has no native core)"
     if (Path(feedq.__file__).parent / "_native").is_dir():
@@ -307,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
             got: dict[tuple[int, str], list[dict[str, float]]] = {run: [] for run in runs}
             for _ in range(args.repeats):  # interleaved, so that drifting load hits every row
                 for r, kind in runs:
-                    res = feed(kind, Model(HIDDEN[name]), files, r, memory, args.warmup, args.seconds)
+                    res = feed(kind, Model(HIDDEN[name]), files, r, memory, args.warmup, args.seconds,
+                               args.nice)
                     got[(r, kind)].append(res)
                     print(f"# {name} transform={bool(r)} {kind}: {res['steps_s']:.0f} steps/s", flush=True)
             med = {run: {k: statistics.median(x[k] for x in got[run]) for k in keys} for run in runs}

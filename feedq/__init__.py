@@ -9,6 +9,7 @@ parts (torch, cupy, ray, tensorflow) load on first use.
 from __future__ import annotations
 
 from feedq import devices, errors, image, process, readers, storage
+from feedq._core.priority import loader_niceness, set_loader_niceness
 from feedq._core.timeouts import get_default_timeout, set_default_timeout
 from feedq.coordinator import Coordinator, LooperThread
 from feedq.devices import (
@@ -131,6 +132,7 @@ __all__ = [
     "errors",
     "format_report",
     "get_default_timeout",
+    "loader_niceness",
     "get_device_config",
     "get_queue_runners",
     "get_stall_timeout",
@@ -151,6 +153,7 @@ __all__ = [
     "reset_shared_queues",
     "reshard_states",
     "set_default_timeout",
+    "set_loader_niceness",
     "set_device_config",
     "set_stall_timeout",
     "shuffle_batch",

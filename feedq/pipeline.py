@@ -41,6 +41,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from feedq._core import scope as _scope
+from feedq._core.priority import check_niceness
 from feedq._core.scope import closing_scope
 from feedq._observe import stall as _stall
 from feedq._observe.clock import MONOTONIC, Clock
@@ -159,6 +160,10 @@ class Pipeline:
         state: a :meth:`state_dict` to continue from (implies
             ``resumable``): the producer and the batcher built inside the
             pipeline restore it as they are built, before their runners run.
+        loader_niceness: how many niceness steps below the starting thread
+            the pipeline's runner threads run (Linux: a good neighbour to a
+            model using every core; ``docs/performance.md``); default:
+            :func:`feedq.loader_niceness`.
 
     Iterating a pipeline iterates its :attr:`output`: the last stage created
     while it was current, unless set explicitly.
@@ -174,9 +179,12 @@ class Pipeline:
         state: dict[str, Any] | None = None,
         stall_timeout: float | None = None,
         report_every: float | None = None,
+        loader_niceness: int | None = None,
         _clock: Clock = MONOTONIC,
     ) -> None:
         self.coord = coord if coord is not None else Coordinator()
+        self.loader_niceness = (
+            None if loader_niceness is None else check_niceness(loader_niceness, "loader_niceness"))
         self._clock = _clock  # of the statistics and the monitor (tests pass their own)
         self.resumable = bool(resumable) or state is not None
         # The resumable parts built inside the pipeline register here
@@ -248,7 +256,8 @@ class Pipeline:
             self._start_runner(runner)
 
     def _start_runner(self, runner: QueueRunner) -> None:
-        threads = runner.create_threads(self.coord, daemon=self.daemon, start=True)
+        threads = runner.create_threads(self.coord, daemon=self.daemon, start=True,
+                                        niceness=self.loader_niceness)
         with self._lock:
             self._threads.extend(threads)
 

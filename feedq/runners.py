@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from feedq._core import priority
 from feedq._core.accounts import (
     Account,
     close_account,
@@ -323,7 +324,8 @@ class QueueRunner:
     # -- threads ------------------------------------------------------------------
 
     def create_threads(
-        self, coord: Coordinator | None = None, daemon: bool = False, start: bool = False
+        self, coord: Coordinator | None = None, daemon: bool = False, start: bool = False,
+        *, niceness: int | None = None,
     ) -> list[threading.Thread]:
         """Create (and optionally start) one thread per enqueue op (QR2, QR3).
 
@@ -339,6 +341,10 @@ class QueueRunner:
             coord: the coordinator, or ``None``.
             daemon: make the threads daemons.
             start: start the threads before returning them.
+            niceness: a feedq addition: each thread lowers its own OS
+                priority by this many niceness steps when it starts (Linux;
+                see ``docs/performance.md``); ``None`` uses
+                :func:`feedq.loader_niceness`, 0 leaves it alone.
 
         Returns:
             The threads; ``[]`` if threads of an earlier call have not all
@@ -350,6 +356,10 @@ class QueueRunner:
                 started later.
         """
         _check_coord(coord)
+        if niceness is None:
+            niceness = priority.loader_niceness()
+        else:
+            niceness = priority.check_niceness(niceness, "niceness")
         with self._lock:
             if self._live_threads > 0:
                 return []
@@ -361,7 +371,7 @@ class QueueRunner:
         threads = [
             threading.Thread(
                 target=self._run,
-                args=(op, coord),
+                args=(op, coord, niceness),
                 name=f"feedq-runner-{self.name}-{i}-{_op_name(op)}",
                 daemon=daemon,
             )
@@ -389,8 +399,10 @@ class QueueRunner:
             _LOG.debug("Ignored exception from the cancel op of %r", self, exc_info=True)
         runner_events.notify()  # a gate holding this runner back can give up now
 
-    def _run(self, op: _Op, coord: Coordinator | None) -> None:
+    def _run(self, op: _Op, coord: Coordinator | None, niceness: int = 0) -> None:
         """Body of a runner thread (QR4–QR6)."""
+        if niceness:
+            priority.lower_this_thread(niceness)
         ended = False
         # Op time, and (added by the queues) time blocked in them: feedq._core.accounts.
         account = open_account() if timing_enabled() else None

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from feedq._core.priority import loader_niceness
 from feedq._core.scope import register_closeable
 from feedq._core.timeouts import resolve_timeout
 from feedq.errors import (
@@ -252,7 +253,7 @@ class ProcessStage:
                     slots=self._slots, returns=returns, close_fds=close_fds,
                     start_epoch=positions.start_epoch,
                     resume=None if positions.resume is None else positions.resume[i],
-                    resumable=self._resumable,
+                    resumable=self._resumable, niceness=loader_niceness(),
                 )
                 process = ctx.Process(target=worker_main, args=(config, child_conn),
                                       name=f"feedq-process-{i}", daemon=True)

@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from feedq._core import priority
 from feedq._core.scope import closing_scope
 from feedq._core.workerinfo import WorkerInfo, set_worker_info
 from feedq._resume.builds import Built, fresh_state, iterate_output
@@ -154,6 +155,9 @@ class WorkerConfig:
     resumable: bool = False
     #: This worker's position in ``start_epoch`` (``feedq._resume.builds``), or None.
     resume: dict[str, Any] | None = None
+    #: Niceness steps the whole worker runs below the parent (the parent's
+    #: ``feedq.loader_niceness()`` when it started the worker).
+    niceness: int = 0
 
 
 class _Stopped(Exception):
@@ -440,6 +444,10 @@ def worker_main(config: WorkerConfig, conn: Any) -> None:
     for fd in config.close_fds:  # fork: other workers' pipe ends
         with contextlib.suppress(OSError):
             os.close(fd)
+    # The whole worker is a loader: its threads, started from this one,
+    # inherit the lower priority, so its pipelines do not lower it again.
+    priority.lower_this_thread(config.niceness)
+    priority.set_loader_niceness(0)
     worker = _Worker(config, conn)
     control = threading.Thread(target=worker.control, name="feedq-process-control", daemon=True)
     control.start()

@@ -210,3 +210,22 @@ def keras_rows(worker_index: int, num_workers: int) -> Iterator[tuple[np.ndarray
     for start in range(0, len(rows), 16):
         r = rows[start:start + 16]
         yield np.stack([r, r, r, r], axis=1) / 128, r / 128
+
+
+def niceness_report(worker_index: int, num_workers: int) -> Iterator[dict[str, Any]]:
+    """One batch: the niceness of the worker's main thread and of a runner
+    thread its pipeline starts (tests/test_priority.py)."""
+    q = feedq.FIFOQueue(4, [np.int64], shapes=[[]])
+    seen: list[int] = []
+
+    def op() -> None:
+        import threading
+
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        q.enqueue(1)
+
+    with feedq.Pipeline() as pipe:
+        feedq.add_queue_runner(feedq.QueueRunner(q, [op]))
+        q.dequeue()
+        pipe.stop()
+    yield {"main": np.array([os.getpriority(os.PRIO_PROCESS, 0)]), "runner": np.array(seen[:1])}
