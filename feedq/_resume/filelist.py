@@ -81,6 +81,28 @@ def _unpack_crcs(text: Any) -> np.ndarray[Any, Any]:
     return np.frombuffer(raw, dtype="<u4").astype(np.uint32)
 
 
+def check_digest(digest: Any) -> None:
+    """A saved ``inputs_digest`` (None, or the dict :meth:`FileList.digest`
+    makes), or InvalidArgumentError naming what is wrong with it."""
+    if digest is None:
+        return
+    what = "not a feedq state: its file list's inputs_digest"
+    if not isinstance(digest, dict):
+        raise InvalidArgumentError(f"{what} is a {type(digest).__name__}, not a dict")
+    for key in ("count", "sha256", "chunk", "crcs"):
+        if key not in digest:
+            raise InvalidArgumentError(f"{what} has no {key!r}")
+    for key in ("count", "chunk"):
+        value = digest[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(f"{what}: {key} must be an int >= 0, got {value!r}")
+    sha = digest["sha256"]
+    if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise InvalidArgumentError(f"{what}: sha256 must be 64 lower-case hex digits, got {sha!r}")
+    if not isinstance(digest["crcs"], str):
+        raise InvalidArgumentError(f"{what}: crcs must be a string, got {digest['crcs']!r}")
+
+
 def list_digest(names: Sequence[Any]) -> tuple[str, int]:
     """(SHA-256 hex, CRC32) of a list of names (bytes or text)."""
     joined = b"\0".join(v if isinstance(v, bytes) else to_bytes(str(v)) for v in names)

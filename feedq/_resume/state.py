@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from feedq._resume import positions as layout
-from feedq._resume.filelist import FileList, to_bytes, to_text
+from feedq._resume.filelist import FileList, check_digest, to_bytes, to_text
 from feedq._resume.ledger import AnyView, Ledger, Snapshot, pack, unpack
 from feedq._resume.producer import ProducerPart
 from feedq._resume.report import Report
@@ -224,7 +224,10 @@ def check_state(
             f"not a feedq pipeline state (format {state.get('format') if isinstance(state, dict) else None!r}, "
             f"expected {FORMAT!r})"
         )
-    saved = state["fingerprint"]
+    saved = state.get("fingerprint")
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(k), dict) for k in ("batcher", "producer")):
+        raise InvalidArgumentError("not a feedq pipeline state: its fingerprint is missing or malformed")
+    check_digest(state.get("inputs_digest"))
     diffs: list[str] = []
     if batcher is not None:
         diffs += _diff("batcher", saved["batcher"], batcher, ())

@@ -216,6 +216,40 @@ def test_digest_states_restore_and_older_states_still_load(tmp_path: Path) -> No
         rs.run_to(lambda pipe: rs.build(pipe, other, "exact", 1), old, 1)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: "digest", "inputs_digest is a str, not a dict"),
+        (lambda d: {k: v for k, v in d.items() if k != "count"}, "inputs_digest has no 'count'"),
+        (lambda d: dict(d, count="150"), "count must be an int >= 0, got '150'"),
+        (lambda d: dict(d, chunk=-1), "chunk must be an int >= 0, got -1"),
+        (lambda d: dict(d, sha256="00"), "sha256 must be 64 lower-case hex digits"),
+        (lambda d: dict(d, crcs=None), "crcs must be a string, got None"),
+                # A list whose digest no longer matches is compared chunk by chunk
+        # on restore; re-sharding only sees that it names other files.
+        (lambda d: dict(d, crcs="%%%", sha256="0" * 64), "chunk table is corrupt"),
+    ],
+)
+def test_a_damaged_digest_is_refused_by_name_never_a_key_error(
+    tmp_path: Path, damage: Any, message: str
+) -> None:
+    data = _long_named(tmp_path, 150)
+
+    def build(pipe: feedq.Pipeline) -> None:
+        rs.build(pipe, data, "exact", 1)
+
+    _, state = rs.run_to(build, None, 5)
+    bad = dict(state, inputs_digest=damage(dict(state["inputs_digest"])))
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        rs.run_to(build, bad, 1)
+    with pytest.raises(InvalidArgumentError, match=re.escape(message) + "|it lists other files"):
+        feedq.reshard_states([bad], 2, files=data["paths"])
+    no_fingerprint = {k: v for k, v in state.items() if k != "fingerprint"}
+    with pytest.raises(InvalidArgumentError, match="fingerprint is missing or malformed"):
+        rs.run_to(build, no_fingerprint, 1)
+
+
 def _rank(paths: list[str], state: dict[str, Any] | None, stop: int | None) -> tuple[list[np.ndarray], dict[str, Any]]:
     def build(pipe: feedq.Pipeline) -> None:
         files = feedq.string_input_producer(paths, num_epochs=1, seed=5)
