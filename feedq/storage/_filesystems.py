@@ -211,6 +211,19 @@ _TRANSIENT = re.compile(
     r"|unexpected eof|end of (file|stream)|reset by peer|request_?time_?too_?skewed", re.I)
 
 
+# The store could not be reached at all: refused, or the name did not resolve
+# (curl codes 6 and 7). Transient once the store has answered in this process.
+_UNREACHABLE = re.compile(
+    r"connection refused|could ?n[o']?t connect|failed to connect|could not resolve|"
+    r"name or service not known|curl ?code: ?[67]\b", re.I)
+_answered: set[str] = set()  # stores (scheme://netloc) that answered a request in this process
+
+
+def _store_key(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}" if sep else url
+
+
 def _message(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     for var in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"):
@@ -279,10 +292,11 @@ def retrying(
     rng = random.Random()  # jitter only: no result depends on it
     first: float | None = None
     attempt = 0
+    store = _store_key(url)
     while True:
         count(requests=1)
         try:
-            return fn()
+            result = fn()
         except (OSError, ValueError) as exc:
             kind = classify(exc)
             if kind not in ("throttled", "transient"):
@@ -297,18 +311,29 @@ def retrying(
                     on_throttle()
             elapsed = now - first
             stop = stopping.is_set() or (closed is not None and closed.is_set())
-            if elapsed >= opts.retry_budget_s or stop:
+            budget, which = opts.retry_budget_s, "retry budget"
+            if (opts.connect_budget_s < budget and store not in _answered
+                    and _UNREACHABLE.search(str(exc))):
+                budget, which = opts.connect_budget_s, "connect budget"
+            if elapsed >= budget or stop:
                 count(failures=1)
                 at = offset() if callable(offset) else offset
                 where = "" if at is None else f" at offset {at}"
+                never = (f"; {store} has not answered once in this process: check the endpoint "
+                         "(AWS_ENDPOINT_URL, endpoint_override) and the network"
+                         if which == "connect budget" else "")
                 text = (f"{url}: {action} failed{where} after {attempt + 1} attempts in "
-                        f"{elapsed:.1f} s (retry budget {opts.retry_budget_s:g} s): "
-                        f"{_message(exc)}")
+                        f"{elapsed:.1f} s ({which} {budget:g} s): "
+                        f"{_message(exc)}{never}")
                 if at is None:
                     raise UnavailableError(text) from None
                 raise DataLossError(text) from None
             cap = min(opts.backoff_max_s, opts.backoff_initial_s * (2.0 ** min(attempt, 30)))
-            delay = min(rng.uniform(0.0, cap), max(0.0, opts.retry_budget_s - elapsed))
+            delay = min(rng.uniform(0.0, cap), max(0.0, budget - elapsed))
             (closed or stopping).wait(delay)
             attempt += 1
             count(retries=1)
+            continue
+        if store not in _answered:
+            _answered.add(store)  # set.add is atomic; a race only adds it twice
+        return result

@@ -26,6 +26,12 @@ class StorageOptions:
         backoff_max_s: the longest backoff (default 2 s).
         request_timeout_s: the S3 client's connect and request timeouts
             (default 20 s); a request that hangs past it is a transient failure.
+        connect_budget_s: how long a request is retried while the store
+            refuses connections or its name does not resolve, as long as no
+            request to that store (scheme and bucket or host) has succeeded
+            in this process (default 3 s): a wrong endpoint fails in
+            seconds, naming it. Once the store has answered, such failures
+            are transient and get the whole ``retry_budget_s``.
     """
 
     block_bytes: int = 8 << 20
@@ -34,14 +40,16 @@ class StorageOptions:
     backoff_initial_s: float = 0.05
     backoff_max_s: float = 2.0
     request_timeout_s: float = 20.0
+    connect_budget_s: float = 3.0
 
     def __post_init__(self) -> None:
         if self.block_bytes < 1 or self.read_ahead < 1:
             raise ValueError(
                 f"block_bytes and read_ahead must be >= 1, got {self.block_bytes}, {self.read_ahead}"
             )
-        if self.retry_budget_s < 0 or self.backoff_initial_s < 0 or self.backoff_max_s < 0:
-            raise ValueError("retry_budget_s and the backoffs must be >= 0")
+        if (self.retry_budget_s < 0 or self.connect_budget_s < 0 or self.backoff_initial_s < 0
+                or self.backoff_max_s < 0):
+            raise ValueError("retry_budget_s, connect_budget_s and the backoffs must be >= 0")
         if self.request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
 

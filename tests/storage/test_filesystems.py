@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -239,3 +240,65 @@ def test_settings_are_checked() -> None:
         storage.register_filesystem("bucket", pafs.LocalFileSystem())
     with pytest.raises(TypeError, match=r"not a pyarrow or fsspec filesystem"):
         storage.register_filesystem("gs://x", object())
+
+
+def test_a_store_that_never_answered_fails_within_the_connect_budget_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wrong endpoint (connections refused from the first request) fails
+    in connect_budget_s, not retry_budget_s; once the store answered, the
+    same failure is transient and gets the whole retry budget."""
+    monkeypatch.setattr(_filesystems, "_answered", set())
+    old = storage.configure(retry_budget_s=5.0, connect_budget_s=0.2,
+                            backoff_initial_s=0.001, backoff_max_s=0.01)
+    try:
+        refused = OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7, "
+                          "Could not connect to server")
+
+        def down() -> None:
+            raise refused
+
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError, match=r"^s3://nowhere/k: open failed after \d+ attempts "
+                           r"in 0\.\d s \(connect budget 0\.2 s\): .*Could not connect to server; "
+                           r"s3://nowhere has not answered once in this process: check the endpoint"):
+            _filesystems.retrying(down, "s3://nowhere/k", "open")
+        assert time.monotonic() - t0 < 2.0
+        # The store answers once; a later refusal is retried until it recovers.
+        assert _filesystems.retrying(lambda: 1, "s3://nowhere/other", "open") == 1
+        calls: list[int] = []
+
+        def recovers() -> int:
+            calls.append(1)
+            if time.monotonic() - t0 < 0.6:  # longer than the connect budget
+                raise refused
+            return 2
+
+        t0 = time.monotonic()
+        assert _filesystems.retrying(recovers, "s3://nowhere/k", "read", offset=0) == 2
+        assert len(calls) > 1
+    finally:
+        storage.configure(**dataclasses.asdict(old))
+
+
+def test_a_refused_local_endpoint_fails_in_seconds_through_the_s3_client(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(_filesystems, "_answered", set())
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    old = storage.configure(connect_budget_s=0.5, backoff_initial_s=0.01, backoff_max_s=0.05)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError, match=r"connect budget 0\.5 s.*has not answered once"):
+            TFRecordReader().read(closed_queue(f"s3://refused-{port}/data.tfrecord"))
+        assert time.monotonic() - t0 < 10.0
+    finally:
+        storage.configure(**dataclasses.asdict(old))
