@@ -89,10 +89,15 @@ _PARENT_POLL_SECS = 0.2
 # The smallest segment, and the headroom over the first batch's size (batches
 # of variable-length data differ in size).
 _MIN_SEGMENT = 64 * 1024
-# A worker waiting for a slot (it is ahead of the consumer) polls the
-# returns ring, backing off between these.
+# A worker ahead of the consumer (every slot full) sleeps until about half
+# of its slots should be back, judged by how fast the consumer has been
+# giving them back, and then makes the batches for all of them in one burst.
+# Polling every millisecond instead woke each worker ~1000 times a second,
+# and each wake-up takes a core from the training step's threads (a torch
+# step using every core waits for the one that was preempted).
 _POLL_MIN_SECS = 50e-6
-_POLL_MAX_SECS = 1e-3
+_SLEEP_MAX_SECS = 20e-3  # the longest a consumer can find the ring empty for it
+_PERIOD_WEIGHT = 0.25  # of a new sample in the moving estimate of the consumer's period
 _PAGE = 4096
 
 
@@ -198,6 +203,10 @@ class _Worker:
         # Free slots (main thread only); with ``slots=None`` the ring is
         # made when the first batch shows its size.
         self.free: deque[int] = deque(range(config.slots or 0))
+        # Slots given back and not yet used (main thread only), with their
+        # retain flags; and the consumer's estimated seconds per slot given back.
+        self.returned: deque[tuple[int, bool]] = deque()
+        self.period: float | None = None
         self.sized = config.slots is not None
         self.epoch_requests: set[int] = set()  # guarded by self.lock
         self.stop = threading.Event()
@@ -290,15 +299,37 @@ class _Worker:
         """A free slot, and whether it needs a new segment."""
         if self.free:
             return self.free.popleft(), False
-        delay = _POLL_MIN_SECS
+        if self.returned:
+            return self.returned.popleft()
+        got = self.cfg.returns.poll()
+        if got is not None:
+            return got
+        return self.wait_for_slots()
+
+    def wait_for_slots(self) -> tuple[int, bool]:
+        """Every slot is full: sleep until about half of them should be back
+        (or, before the consumer's pace is known, back off from 50 us), then
+        take every slot that came back; the rest are kept for the next batches."""
+        returns = self.cfg.returns
+        started = time.monotonic()
+        half = max(1, returns.slots // 2)
+        period = self.period
+        delay = _POLL_MIN_SECS if period is None else min(_SLEEP_MAX_SECS, max(_POLL_MIN_SECS, period * half))
         while True:
-            got = self.cfg.returns.poll()
-            if got is not None:
-                return got
             if self.stop.is_set():
                 raise _Stopped()
             time.sleep(delay)
-            delay = min(2 * delay, _POLL_MAX_SECS)
+            got = returns.poll()
+            if got is not None:
+                break
+            delay = min(2 * delay, _SLEEP_MAX_SECS)
+        while (more := returns.poll()) is not None:
+            self.returned.append(more)
+        now = time.monotonic()
+        # The slots came back while we slept: their pace is the consumer's.
+        sample = (now - started) / (1 + len(self.returned))
+        self.period = sample if period is None else period + _PERIOD_WEIGHT * (sample - period)
+        return got
 
     def wait_epoch(self, epoch: int) -> None:
         with self.lock:
