@@ -10,5 +10,6 @@
   resumable pipeline (filled by ``feedq._resume.report``);
 * :mod:`~feedq._core.accounts` -- per-thread time accounts that queues and
   runners write and the observability package reads;
-* :mod:`~feedq._core.workerinfo` -- which loader worker this code runs in.
+* :mod:`~feedq._core.workerinfo` -- which loader worker this code runs in;
+* :mod:`~feedq._core.priority` -- the OS priority of loader threads.
 """
