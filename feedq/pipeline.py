@@ -53,6 +53,7 @@ from feedq._observe.statistics import (
     QueueTiming,
     ShuffleBufferTiming,
     StageTiming,
+    StorageTiming,
     collect,
     format_report,
 )
@@ -69,6 +70,7 @@ from feedq.runners import (
     current_dependencies,
     gate_ops,
 )
+from feedq.storage import statistics as storage_statistics
 
 # current_dependencies, gate_ops and register_runner stay public here; feedq.input
 # (below this module) takes gate_ops and add_queue_runner from feedq.runners.
@@ -80,6 +82,7 @@ __all__ = [
     "QueueTiming",
     "ShuffleBufferTiming",
     "StageTiming",
+    "StorageTiming",
     "control_dependencies",
     "current_dependencies",
     "current_pipeline",
@@ -93,7 +96,7 @@ __all__ = [
 
 # The statistics classes live in feedq._observe.statistics; they are public here.
 for _cls in (Bottleneck, ConsumerTiming, PipelineStatistics, QueueTiming, ShuffleBufferTiming,
-             StageTiming):
+             StageTiming, StorageTiming):
     _cls.__module__ = __name__
 format_report.__module__ = __name__
 control_dependencies.__module__ = __name__
@@ -201,6 +204,7 @@ class Pipeline:
         self._stages: list[Any] = []  # guarded by self._lock
         self._output: Any = None
         self._started_at: float | None = None  # self._clock.now() at start()
+        self._storage_at_start: dict[str, float] = {}  # feedq.storage.statistics() at start()
         self._monitor: _stall.Monitor | None = None  # guarded by self._lock
         self._lock = threading.Lock()
         self._runners: list[QueueRunner] = []  # guarded by self._lock
@@ -304,6 +308,7 @@ class Pipeline:
                 return self
             self._running = True
             self._started_at = self._clock.now()
+            self._storage_at_start = storage_statistics()
             runners = list(self._runners)
             if self._monitor is None and (self.stall_timeout or self.report_every):
                 self._monitor = _stall.Monitor(self, self.stall_timeout, self.report_every,
@@ -382,8 +387,11 @@ class Pipeline:
         started, now = self._started_at, self._clock.now()
         elapsed = 0.0 if started is None else now - started
         parts = self._timed_parts()
+        remote = None if started is None else StorageTiming.between(self._storage_at_start,
+                                                                    storage_statistics())
         return collect(elapsed, parts.runners, parts.queues, parts.output_queue, parts.process,
-                       batch_sizes=parts.batch_sizes, shuffles=parts.shuffles, now=now)
+                       batch_sizes=parts.batch_sizes, shuffles=parts.shuffles, now=now,
+                       storage=remote)
 
     def report(self) -> str:
         """:meth:`statistics` as a table, ending with the bottleneck verdict."""

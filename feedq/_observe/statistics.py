@@ -13,7 +13,9 @@ Where the figures come from (always on, per block not per record):
   (a process stage counts its own takes);
 * shuffle buffers (``shuffle_batch`` and friends): the elements held for
   random draws, beside the stage's output queue (see
-  :class:`ShuffleBufferTiming`).
+  :class:`ShuffleBufferTiming`);
+* remote storage (``s3://`` and other URLs): ``feedq.storage``'s counters
+  since the pipeline started (:class:`StorageTiming`).
 
 The classes are public as ``feedq.PipelineStatistics`` and friends (their
 ``__module__`` is ``feedq.pipeline``, which re-exports them).
@@ -37,6 +39,7 @@ __all__ = [
     "QueueTiming",
     "ShuffleBufferTiming",
     "StageTiming",
+    "StorageTiming",
     "collect",
     "format_report",
     "verdict",
@@ -194,6 +197,48 @@ class Bottleneck:
 
 
 @dataclass(frozen=True)
+class StorageTiming:
+    """Remote reads (``s3://``, ``gs://``, ... URLs) since the pipeline started.
+
+    The counters are ``feedq.storage.statistics()``'s, which are the
+    process's: two pipelines reading remote files at the same time see each
+    other's reads.
+
+    Attributes:
+        files_opened: remote files opened.
+        requests: range and metadata requests sent, retries included.
+        bytes: bytes received.
+        retries: requests repeated after a transient failure.
+        throttled: failures the store called throttling (503 SlowDown).
+        failures: reads that failed after their retry budget.
+        wait_s: seconds readers waited for the store (blocks not yet
+            arrived), summed over reader threads.
+    """
+
+    files_opened: int
+    requests: int
+    bytes: int
+    retries: int
+    throttled: int
+    failures: int
+    wait_s: float
+
+    @classmethod
+    def between(cls, start: Mapping[str, float], now: Mapping[str, float]) -> StorageTiming | None:
+        """The reads between two ``feedq.storage.statistics()`` snapshots;
+        None if there were none."""
+        d = {k: now.get(k, 0) - start.get(k, 0) for k in now}
+        if not (d.get("files_opened") or d.get("requests")):
+            return None
+        return cls(
+            files_opened=int(d.get("files_opened", 0)), requests=int(d.get("requests", 0)),
+            bytes=int(d.get("bytes", 0)), retries=int(d.get("retries", 0)),
+            throttled=int(d.get("throttled", 0)), failures=int(d.get("failures", 0)),
+            wait_s=float(d.get("wait_s", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
 class PipelineStatistics:
     """A snapshot of a pipeline (:meth:`feedq.Pipeline.statistics`).
 
@@ -205,6 +250,7 @@ class PipelineStatistics:
         consumer: the consumer's takes and data readiness.
         bottleneck: the verdict.
         shuffle_buffers: the shuffle buffers of shuffling batchers.
+        storage: remote reads since the start, or None if there were none.
     """
 
     elapsed: float
@@ -213,6 +259,7 @@ class PipelineStatistics:
     consumer: ConsumerTiming
     bottleneck: Bottleneck
     shuffle_buffers: tuple[ShuffleBufferTiming, ...] = ()
+    storage: StorageTiming | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts, lists, strings and numbers (JSON-serialisable), for
@@ -359,6 +406,7 @@ def collect(
     batch_sizes: Mapping[int, int] | None = None,
     shuffles: Sequence[tuple[Any, int]] = (),
     now: float | None = None,
+    storage: StorageTiming | None = None,
 ) -> PipelineStatistics:
     """Assemble a :class:`PipelineStatistics`.
 
@@ -374,6 +422,7 @@ def collect(
         now: the time of the snapshot on the pipeline's clock
             (``feedq._observe.clock``; default ``time.monotonic()``): waits
             in progress count up to it.
+        storage: remote reads since the start (:meth:`StorageTiming.between`).
     """
     if now is None:
         now = time.monotonic()
@@ -398,6 +447,7 @@ def collect(
         elapsed=elapsed, stages=stages_t, queues=tuple(qs), consumer=consumer,
         bottleneck=verdict(elapsed, stages_t, consumer),
         shuffle_buffers=tuple(shuffle_timing(sh, cap) for sh, cap in shuffles),
+        storage=storage,
     )
 
 
@@ -563,6 +613,13 @@ def format_report(stats: PipelineStatistics) -> str:
     lines.append("")
     lines.append(f"consumer: {c.takes} takes, {c.waited_takes} waited ({c.wait_s:.3f} s); "
                  f"data readiness {_pct(c.readiness)}")
+    st = stats.storage
+    if st is not None:
+        share = f" ({st.wait_s / el:.0%} of the elapsed time, summed over readers)" if el > 0 else ""
+        lines.append(
+            f"remote storage: {st.files_opened} files opened, {st.requests} requests ({st.retries} "
+            f"retried, {st.throttled} throttled, {st.failures} failed), {st.bytes / 1e6:.1f} MB; "
+            f"readers waited {st.wait_s:.3f} s for the store{share}")
     b = stats.bottleneck
     lines.append(f"bottleneck: {b.stage if b.stage is not None else 'none'} - {b.reason}")
     return "\n".join(lines)

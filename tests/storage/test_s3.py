@@ -233,3 +233,46 @@ def test_credentials_in_a_url_are_refused_and_never_shown(s3: Bucket) -> None:
 def test_environment_untouched_outside_the_fixture() -> None:
     # The fixtures set the AWS variables with monkeypatch only.
     assert os.environ.get("AWS_SECRET_ACCESS_KEY") != SECRET
+
+
+def test_pipeline_statistics_count_the_remote_reads_since_the_pipeline_started(
+    tmp_path: Path, s3: Bucket
+) -> None:
+    recs = records(3, 200)
+    urls = []
+    size = 0
+    for i in range(3):
+        p = tmp_path / f"s{i}.tfr"
+        with TFRecordWriter(p) as w:
+            w.write_many(recs)
+        size += p.stat().st_size
+        urls.append(s3.put(f"stats/s{i}.tfr", p.read_bytes()))
+    read_all(TFRecordReader(), urls[:1])  # before the pipeline: not its reads
+    with feedq.Pipeline() as pipe:
+        files = feedq.string_input_producer(urls, num_epochs=1, shuffle=False)
+        reader = pipe.closing(TFRecordReader())
+        stage = feedq.batch([lambda: reader.read_block(files, 50).values()], 50, enqueue_many=True,
+                            dtypes=["string"], shapes=[[]], allow_smaller_final_batch=True)
+        got = sum(len(b) for b in stage)
+        stats = pipe.statistics()
+    assert got == 3 * len(recs)
+    st = stats.storage
+    assert st is not None
+    assert st.files_opened == 3 and st.bytes == size and st.requests >= 3
+    assert st.retries == st.throttled == st.failures == 0 and st.wait_s >= 0
+    assert stats.as_dict()["storage"]["files_opened"] == 3
+    assert "remote storage: 3 files opened" in feedq.format_report(stats)
+
+
+def test_a_local_pipeline_has_no_storage_figures(tmp_path: Path) -> None:
+    p = tmp_path / "local.tfr"
+    with TFRecordWriter(p) as w:
+        w.write_many(records(4, 20))
+    with feedq.Pipeline() as pipe:
+        files = feedq.string_input_producer([str(p)], num_epochs=1)
+        reader = pipe.closing(TFRecordReader())
+        stage = feedq.batch([lambda: reader.read_block(files, 8).values()], 8, enqueue_many=True,
+                            dtypes=["string"], shapes=[[]], allow_smaller_final_batch=True)
+        assert sum(len(b) for b in stage) == 20
+        stats = pipe.statistics()
+    assert stats.storage is None and "remote storage" not in feedq.format_report(stats)
