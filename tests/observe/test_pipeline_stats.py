@@ -153,8 +153,9 @@ def test_as_dict_is_json_serialisable() -> None:
     d = stats.as_dict()
     back = json.loads(json.dumps(d))
     assert back == d
-    assert set(d) == {"elapsed", "stages", "queues", "consumer", "bottleneck", "shuffle_buffers"}
-    assert d["shuffle_buffers"] == []
+    assert set(d) == {"elapsed", "stages", "queues", "consumer", "bottleneck", "shuffle_buffers",
+                      "storage"}
+    assert d["shuffle_buffers"] == [] and d["storage"] is None
     assert [s["name"] for s in d["stages"]] == ["ids", "reader", "decoder", "batcher/fifo_queue"]
     assert d["consumer"]["takes"] == stats.consumer.takes
     assert d["bottleneck"] == {"stage": stats.bottleneck.stage, "reason": stats.bottleneck.reason,
