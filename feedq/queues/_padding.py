@@ -1,17 +1,202 @@
 """PaddingFIFOQueue: a FIFOQueue whose components may have unknown
-dimensions, padded at dequeue_many (Q34–Q38)."""
+dimensions, padded at dequeue_many (Q34–Q38).
+
+A component of shape ``[None]`` holding numbers or bools (a
+FixedLenSequenceFeature's ids behind ``dynamic_pad``) is stored in blocks:
+an ``enqueue_many`` keeps one copy of its batch (a :class:`_Block`: the
+values, flat, and the rows' width) and its ring column holds, per element,
+two references: the block, and a row code (the block's serial and the row's
+index in it). No array is made per row, and a ``dequeue_many`` whose rows
+are consecutive rows of one block -- the common case -- is one slice copy of
+the block (rows of one ``enqueue_many`` share its width, Q38), or one
+``pad_ragged`` call for a block of rows of several lengths (a ``put_back``
+of per-element rows). Other batches (elements enqueued one at a time, rows
+of several blocks) are gathered into one flat array and padded by one
+``pad_ragged`` call. An element enqueued alone is stored as itself (code
+``-1``). Strings and components of higher rank keep one array per element
+(:class:`ElementCodec`'s storage), padded by NumPy.
+"""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 
+from feedq import _native
 from feedq.queues._fifo import FIFOQueue
 from feedq.queues._queue import QueueBase
-from feedq.queues._spec import STRING, Component
+from feedq.queues._spec import STRING, Component, ElementCodec
 
 __all__ = ["PaddingFIFOQueue"]
+
+# A row code: (block serial << 32) | row index; _SINGLE: an element stored as
+# itself. Serials wrap at 2**31 (codes stay int64); a block holds < 2**32
+# rows (so consecutive codes are consecutive rows of one block).
+_ROW_BITS = 32
+_ROW_MASK = (1 << _ROW_BITS) - 1
+_SERIAL_MASK = (1 << 31) - 1
+_SINGLE = -1
+_SERIALS = itertools.count(1)  # next() is atomic under the GIL
+
+
+class _Block:
+    """The queue's copy of a batch's rows of one component (never changed).
+
+    Row ``r`` is ``values[r * width : (r + 1) * width]`` when ``width >= 0``
+    (every row of an enqueued batch has the batch's row shape, Q38), else
+    ``values[splits[r] : splits[r + 1]]``.
+    """
+
+    __slots__ = ("serial", "splits", "values", "width")
+
+    def __init__(self, values: np.ndarray[Any, Any], width: int, splits: np.ndarray[Any, Any] | None) -> None:
+        self.values = values
+        self.width = width
+        self.splits = splits
+        self.serial = next(_SERIALS) & _SERIAL_MASK
+
+    def row(self, r: int) -> np.ndarray[Any, Any]:
+        """Row ``r`` (a view of the block)."""
+        if self.width >= 0:
+            return self.values[r * self.width : (r + 1) * self.width]
+        assert self.splits is not None
+        return self.values[int(self.splits[r]) : int(self.splits[r + 1])]
+
+    def column(self, n: int) -> np.ndarray[Any, Any]:
+        """The stored column of its ``n`` rows: (block, row code) each."""
+        if n > _ROW_MASK:
+            raise ValueError(f"a batch of {n} rows is too large for a PaddingFIFOQueue block")
+        col = np.empty((n, 2), dtype=object)
+        col[:, 0] = self
+        base = self.serial << _ROW_BITS
+        col[:, 1] = np.arange(base, base + n, dtype=np.int64)
+        return col
+
+
+def _rows_block(rows: list[np.ndarray[Any, Any]], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """The stored column of per-element rows (converted, each its own copy)."""
+    n = len(rows)
+    lens = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    values = np.concatenate(rows) if n else np.empty(0, dtype)
+    if n and int(lens.min()) == int(lens.max()):
+        return _Block(values, int(lens[0]), None).column(n)
+    splits = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=splits[1:])
+    return _Block(values, -1, splits).column(n)
+
+
+def _single_column(value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    col = np.empty((1, 2), dtype=object)
+    col[0, 0] = value
+    col[0, 1] = _SINGLE
+    return col
+
+
+def _element(ref: Any, code: int) -> np.ndarray[Any, Any]:
+    """The element a stored (reference, code) pair stands for."""
+    if code < 0:
+        return ref  # type: ignore[no-any-return]
+    return ref.row(code & _ROW_MASK)  # type: ignore[no-any-return]
+
+
+def _unpadded(col: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A stored block column as a 1-D object array of the elements."""
+    out = np.empty(len(col), dtype=object)
+    for j, (ref, code) in enumerate(col.tolist()):
+        out[j] = _element(ref, code)
+    return out
+
+
+def _pad_blocks(col: np.ndarray[Any, Any], dtype: np.dtype[Any], fill: Any) -> np.ndarray[Any, Any]:
+    """A stored block column's elements padded at the end to the longest (Q37)."""
+    k = len(col)
+    if k == 0:
+        return np.empty((0, 0), dtype=dtype)
+    refs = col[:, 0]
+    codes = col[:, 1].astype(np.int64)
+    c0 = int(codes[0])
+    if (
+        c0 >= 0
+        and refs[0] is refs[k - 1]
+        and int(codes[k - 1]) - c0 == k - 1
+        and (k < 3 or bool((codes[1:] - codes[:-1] == 1).all()))
+    ):
+        # Consecutive rows of one block: one copy (or one pad_ragged call).
+        blk: _Block = refs[0]
+        r0 = c0 & _ROW_MASK
+        if blk.width >= 0:
+            w = blk.width
+            return blk.values[r0 * w : (r0 + k) * w].reshape(k, w).copy()
+        assert blk.splits is not None
+        return _native.pad_ragged(blk.values, blk.splits[r0 : r0 + k + 1], None, fill)
+    # Runs of consecutive block rows and of single elements: gathered into
+    # one flat array, padded by one call.
+    single = codes < 0
+    breaks = np.flatnonzero((single[1:] != single[:-1]) | (~single[1:] & (codes[1:] != codes[:-1] + 1))) + 1
+    bounds = [0, *breaks.tolist(), k]
+    pieces: list[np.ndarray[Any, Any]] = []
+    lens: list[np.ndarray[Any, Any]] = []
+    for a, b in zip(bounds, bounds[1:]):
+        n = b - a
+        if single[a]:
+            arrs = refs[a:b].tolist()
+            pieces += arrs
+            lens.append(np.fromiter(map(len, arrs), dtype=np.int64, count=n))
+            continue
+        blk = refs[a]
+        r0 = int(codes[a]) & _ROW_MASK
+        if blk.width >= 0:
+            w = blk.width
+            pieces.append(blk.values[r0 * w : (r0 + n) * w])
+            lens.append(np.full(n, w, dtype=np.int64))
+        else:
+            assert blk.splits is not None
+            sp = blk.splits[r0 : r0 + n + 1]
+            pieces.append(blk.values[int(sp[0]) : int(sp[-1])])
+            lens.append(np.diff(sp))
+    splits = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(np.concatenate(lens), out=splits[1:])
+    return _native.pad_ragged(np.concatenate(pieces), splits, None, fill)
+
+
+class _PaddingCodec(ElementCodec):
+    """An :class:`ElementCodec` that stores the ``[None]`` numeric
+    components (``blocks``: their indices) in blocks (see the module
+    docstring)."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.blocks: frozenset[int] = frozenset(
+            c.index for c in self.components
+            if not c.dense and c.shape is not None and len(c.shape) == 1 and c.dtype is not STRING
+        )
+
+    def ragged_column(self, comp: Component, value: Any, where: str, rows: bool) -> np.ndarray[Any, Any]:
+        if comp.index not in self.blocks:
+            return super().ragged_column(comp, value, where, rows)
+        if rows and (
+            isinstance(value, (list, tuple))
+            or (isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1)
+        ):
+            return _rows_block([comp.convert_one(v, where) for v in value], comp.dtype)
+        arr = comp.convert_block(value, where)
+        return _Block(arr.reshape(-1), arr.shape[1], None).column(arr.shape[0])
+
+    def first_row(self, chunk: list[np.ndarray[Any, Any]]) -> list[Any]:
+        row = super().first_row(chunk)
+        for i in self.blocks:
+            row[i] = _element(row[i][0], row[i][1])
+        return row
+
+    def row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
+        cols = super().row_to_cols(row)
+        for i in self.blocks:
+            cols[i] = _single_column(row[i])
+        return cols
 
 
 class PaddingFIFOQueue(FIFOQueue):
@@ -28,6 +213,7 @@ class PaddingFIFOQueue(FIFOQueue):
     _kind = "PaddingFIFOQueue"
     _default_name = "padding_fifo_queue"
     _partial_shapes = True
+    _codec_class = _PaddingCodec
 
     def __init__(
         self,
@@ -66,10 +252,70 @@ class PaddingFIFOQueue(FIFOQueue):
         args["padding_values"] = tuple(pads)
         super()._validate_storage_args(capacity, components, {})
 
+    # -- storage: the block columns (see the module docstring) -----------------------
+
+    def _init_storage(self) -> None:
+        super()._init_storage()
+        codec = self._codec
+        assert isinstance(codec, _PaddingCodec)
+        self._block_idx = sorted(codec.blocks)
+
+    def _new_column(self, comp: Component, alloc: int) -> np.ndarray[Any, Any]:
+        if comp.index in self._block_idx:
+            return np.empty((alloc, 2), dtype=object)
+        return super()._new_column(comp, alloc)
+
+    def _put_one(self, value: Any) -> None:
+        if not self._block_idx:
+            super()._put_one(value)
+            return
+        pos = self._head + self._engine.size
+        if pos >= self._alloc:
+            pos -= self._alloc
+        for i, (buf, v) in enumerate(zip(self._cols, [value] if self._one_comp else value)):
+            if i in self._block_idx:
+                buf[pos, 0] = v
+                buf[pos, 1] = _SINGLE
+            else:
+                buf[pos] = v
+
+    def _take_one(self) -> Any:
+        # FIFOQueue's hook returns a block column's row as a view of the
+        # ring: read it before the take path clears the slot.
+        row = super()._take_one()
+        if not self._block_idx:
+            return row
+        if self._one_comp:
+            return _element(row[0], row[1])
+        for i in self._block_idx:
+            row[i] = _element(row[i][0], row[i][1])
+        return row
+
+    def _batch(
+        self, chunks: list[list[np.ndarray[Any, Any]]], count: int,
+        outs: list[np.ndarray[Any, Any]] | None, padded: bool,
+    ) -> Any:
+        if not padded and self._block_idx:
+            # padded=False: each element's own array, as the other ragged
+            # components come.
+            chunks = [
+                [_unpadded(c) if i in self._block_idx else c for i, c in enumerate(chunk)]
+                for chunk in chunks
+            ]
+        return super()._batch(chunks, count, outs, padded)
+
     def _pad(self, comp: Component, parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
         assert comp.shape is not None
-        rows = [r for part in parts for r in part]
         fill = self._storage_args["padding_values"][comp.index]
+        if comp.index in self._block_idx:
+            if len(parts) == 1:
+                col = parts[0]
+            elif parts:
+                col = np.concatenate(parts)
+            else:
+                col = np.empty((0, 2), dtype=object)
+            return _pad_blocks(col, comp.dtype, fill)
+        rows = [r for part in parts for r in part]
         if len(comp.shape) == 1 and rows:
             # A vector of varying length (the common case): all rows at once.
             lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
