@@ -5,21 +5,20 @@ A component of shape ``[None]`` holding numbers or bools (a
 FixedLenSequenceFeature's ids behind ``dynamic_pad``) is stored in blocks:
 an ``enqueue_many`` keeps one copy of its batch (a :class:`_Block`: the
 values, flat, and the rows' width) and its ring column holds, per element,
-two references: the block, and a row code (the block's serial and the row's
-index in it). No array is made per row, and a ``dequeue_many`` whose rows
-are consecutive rows of one block -- the common case -- is one slice copy of
-the block (rows of one ``enqueue_many`` share its width, Q38), or one
-``pad_ragged`` call for a block of rows of several lengths (a ``put_back``
-of per-element rows). Other batches (elements enqueued one at a time, rows
-of several blocks) are gathered into one flat array and padded by one
-``pad_ragged`` call. An element enqueued alone is stored as itself (code
+two references: the block and the row's index in it. No array and no int is
+made per row. A ``dequeue_many`` whose rows are consecutive rows of one
+block -- the common case -- is one slice copy of the block (rows of one
+``enqueue_many`` share its width, Q38), or one ``pad_ragged`` call for a
+block of rows of several lengths (a ``put_back`` of per-element rows). Other
+batches (elements enqueued one at a time, rows of several blocks, rows put
+back out of order) are gathered into one flat array and padded by one
+``pad_ragged`` call. An element enqueued alone is stored as itself (index
 ``-1``). Strings and components of higher rank keep one array per element
 (:class:`ElementCodec`'s storage), padded by NumPy.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -31,14 +30,23 @@ from feedq.queues._spec import STRING, Component, ElementCodec
 
 __all__ = ["PaddingFIFOQueue"]
 
-# A row code: (block serial << 32) | row index; _SINGLE: an element stored as
-# itself. Serials wrap at 2**31 (codes stay int64); a block holds < 2**32
-# rows (so consecutive codes are consecutive rows of one block).
-_ROW_BITS = 32
-_ROW_MASK = (1 << _ROW_BITS) - 1
-_SERIAL_MASK = (1 << 31) - 1
+# A row code: the row's index in its block (a Python int: the column holds
+# references); _SINGLE: an element stored as itself.
 _SINGLE = -1
-_SERIALS = itertools.count(1)  # next() is atomic under the GIL
+# Row indices 0..n-1 as Python ints, made once (a block column references
+# them: no int made per row); blocks of more rows make their own.
+_CACHED_ROWS = 1 << 16
+_row_index: list[np.ndarray[Any, Any]] = [np.arange(8192).astype(object)]
+
+
+def _row_indices(n: int) -> np.ndarray[Any, Any]:
+    idx = _row_index[0]
+    if n > len(idx):
+        if n > _CACHED_ROWS:
+            return np.arange(n).astype(object)
+        idx = np.arange(min(_CACHED_ROWS, max(n, 2 * len(idx)))).astype(object)
+        _row_index[0] = idx  # one reference swap: a racing thread builds its own
+    return idx[:n]
 
 
 class _Block:
@@ -49,13 +57,12 @@ class _Block:
     ``values[splits[r] : splits[r + 1]]``.
     """
 
-    __slots__ = ("serial", "splits", "values", "width")
+    __slots__ = ("splits", "values", "width")
 
     def __init__(self, values: np.ndarray[Any, Any], width: int, splits: np.ndarray[Any, Any] | None) -> None:
         self.values = values
         self.width = width
         self.splits = splits
-        self.serial = next(_SERIALS) & _SERIAL_MASK
 
     def row(self, r: int) -> np.ndarray[Any, Any]:
         """Row ``r`` (a view of the block)."""
@@ -65,13 +72,10 @@ class _Block:
         return self.values[int(self.splits[r]) : int(self.splits[r + 1])]
 
     def column(self, n: int) -> np.ndarray[Any, Any]:
-        """The stored column of its ``n`` rows: (block, row code) each."""
-        if n > _ROW_MASK:
-            raise ValueError(f"a batch of {n} rows is too large for a PaddingFIFOQueue block")
+        """The stored column of its ``n`` rows: (block, row index) each."""
         col = np.empty((n, 2), dtype=object)
         col[:, 0] = self
-        base = self.serial << _ROW_BITS
-        col[:, 1] = np.arange(base, base + n, dtype=np.int64)
+        col[:, 1] = _row_indices(n)
         return col
 
 
@@ -98,7 +102,7 @@ def _element(ref: Any, code: int) -> np.ndarray[Any, Any]:
     """The element a stored (reference, code) pair stands for."""
     if code < 0:
         return ref  # type: ignore[no-any-return]
-    return ref.row(code & _ROW_MASK)  # type: ignore[no-any-return]
+    return ref.row(code)  # type: ignore[no-any-return]
 
 
 def _unpadded(col: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -109,33 +113,39 @@ def _unpadded(col: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return out
 
 
-def _pad_blocks(col: np.ndarray[Any, Any], dtype: np.dtype[Any], fill: Any) -> np.ndarray[Any, Any]:
-    """A stored block column's elements padded at the end to the longest (Q37)."""
+def _pad_blocks(col: np.ndarray[Any, Any], dtype: np.dtype[Any], fill: Any, in_order: bool) -> np.ndarray[Any, Any]:
+    """A stored block column's elements padded at the end to the longest (Q37).
+
+    ``in_order``: the rows were taken from a ring that holds its rows in
+    enqueue order (no put-back ever), so a first and a last row ``k - 1``
+    rows apart in one block have that block's rows between them.
+    """
     k = len(col)
     if k == 0:
         return np.empty((0, 0), dtype=dtype)
-    refs = col[:, 0]
-    codes = col[:, 1].astype(np.int64)
-    c0 = int(codes[0])
-    if (
-        c0 >= 0
-        and refs[0] is refs[k - 1]
-        and int(codes[k - 1]) - c0 == k - 1
-        and (k < 3 or bool((codes[1:] - codes[:-1] == 1).all()))
-    ):
+    first, last = col[0], col[k - 1]
+    if in_order and first[1] >= 0 and first[0] is last[0] and last[1] - first[1] == k - 1:
         # Consecutive rows of one block: one copy (or one pad_ragged call).
-        blk: _Block = refs[0]
-        r0 = c0 & _ROW_MASK
+        blk: _Block = first[0]
+        r0 = first[1]
         if blk.width >= 0:
             w = blk.width
             return blk.values[r0 * w : (r0 + k) * w].reshape(k, w).copy()
         assert blk.splits is not None
         return _native.pad_ragged(blk.values, blk.splits[r0 : r0 + k + 1], None, fill)
-    # Runs of consecutive block rows and of single elements: gathered into
-    # one flat array, padded by one call.
+    # Runs of consecutive rows of one block and of single elements, found
+    # from the codes and the blocks' identities: gathered into one flat
+    # array, padded by one call.
+    refs = col[:, 0]
+    codes = col[:, 1].astype(np.int64)
     single = codes < 0
-    breaks = np.flatnonzero((single[1:] != single[:-1]) | (~single[1:] & (codes[1:] != codes[:-1] + 1))) + 1
-    bounds = [0, *breaks.tolist(), k]
+    if single.all():
+        bounds = [0, k]
+    else:
+        same = np.fromiter(map(id, refs), dtype=np.int64, count=k)
+        same = same[1:] == same[:-1]
+        breaks = (single[1:] != single[:-1]) | (~single[1:] & ((codes[1:] != codes[:-1] + 1) | ~same))
+        bounds = [0, *(np.flatnonzero(breaks) + 1).tolist(), k]
     pieces: list[np.ndarray[Any, Any]] = []
     lens: list[np.ndarray[Any, Any]] = []
     for a, b in zip(bounds, bounds[1:]):
@@ -146,7 +156,7 @@ def _pad_blocks(col: np.ndarray[Any, Any], dtype: np.dtype[Any], fill: Any) -> n
             lens.append(np.fromiter(map(len, arrs), dtype=np.int64, count=n))
             continue
         blk = refs[a]
-        r0 = int(codes[a]) & _ROW_MASK
+        r0 = int(codes[a])
         if blk.width >= 0:
             w = blk.width
             pieces.append(blk.values[r0 * w : (r0 + n) * w])
@@ -259,6 +269,10 @@ class PaddingFIFOQueue(FIFOQueue):
         codec = self._codec
         assert isinstance(codec, _PaddingCodec)
         self._block_idx = sorted(codec.blocks)
+        # False once rows were put back in front (an interrupted take, a
+        # put_back): the ring may then hold a block's rows out of order.
+        # Never set back, so a take that saw True may read it later.
+        self._in_order = True
 
     def _new_column(self, comp: Component, alloc: int) -> np.ndarray[Any, Any]:
         if comp.index in self._block_idx:
@@ -278,6 +292,10 @@ class PaddingFIFOQueue(FIFOQueue):
                 buf[pos, 1] = _SINGLE
             else:
                 buf[pos] = v
+
+    def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
+        self._in_order = False
+        super()._putback(chunk)
 
     def _take_one(self) -> Any:
         # FIFOQueue's hook returns a block column's row as a view of the
@@ -314,7 +332,7 @@ class PaddingFIFOQueue(FIFOQueue):
                 col = np.concatenate(parts)
             else:
                 col = np.empty((0, 2), dtype=object)
-            return _pad_blocks(col, comp.dtype, fill)
+            return _pad_blocks(col, comp.dtype, fill, self._in_order)
         rows = [r for part in parts for r in part]
         if len(comp.shape) == 1 and rows:
             # A vector of varying length (the common case): all rows at once.
