@@ -309,6 +309,11 @@ class PaddingFIFOQueue(FIFOQueue):
             row[i] = _element(row[i][0], row[i][1])
         return row
 
+    def _stored_sample(self, i: int, n: int) -> list[Any]:
+        if i not in self._block_idx:
+            return super()._stored_sample(i, n)
+        return [None if ref is None else _element(ref, code) for ref, code in self._cols[i][:n].tolist()]
+
     def _batch(
         self, chunks: list[list[np.ndarray[Any, Any]]], count: int,
         outs: list[np.ndarray[Any, Any]] | None, padded: bool,

@@ -872,6 +872,11 @@ class QueueBase(metaclass=SharedByName):
             return np.empty((alloc, *comp.shape), dtype=comp.dtype)
         return np.empty(alloc, dtype=object)
 
+    def _stored_sample(self, i: int, n: int) -> list[Any]:
+        """The values in up to ``n`` slots of component ``i``'s column, as
+        elements (``None`` for an empty slot): for size estimates (lock held)."""
+        return list(self._cols[i][:n])
+
     def _read_row(self, pos: int) -> list[Any]:
         """Copy row ``pos`` out of every column, clearing object references."""
         row = []
