@@ -217,7 +217,13 @@ class PaddingFIFOQueue(FIFOQueue):
     own shape (Q36); ``dequeue_many`` / ``dequeue_up_to`` pad every ``None``
     dimension at the end to the largest size in the batch (Q37) with 0,
     ``b""`` or False — or with ``padding_values`` (one scalar per component),
-    a feedq addition.
+    a feedq addition. The rows of an ``enqueue_many`` keep the batch's row
+    shape (Q38): rows of a block padded to width ``w`` are elements of width
+    ``w``.
+
+    A ``[None]`` numeric component is stored in blocks, one copy per
+    ``enqueue_many`` and no array per row, and a batch of it is padded by
+    one copy or one native call (see the module docstring).
     """
 
     _kind = "PaddingFIFOQueue"
