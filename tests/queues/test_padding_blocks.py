@@ -234,3 +234,18 @@ def test_put_back_in_any_order_then_batches_equal_row_by_row_padding(
         assert got.tolist() == reference_pad([rows[i] for i in ids], -1, np.int64).tolist()
         out += ids
     assert out == model and sorted(out) == sorted(rows)
+
+
+def test_block_rows_beside_a_batch_copied_outside_the_lock() -> None:
+    """A large dense component makes enqueue_many / dequeue_many copy with
+    the lock released (reserve, claim); the block column goes along."""
+    q = PaddingFIFOQueue(2000, [np.float32, np.int64], shapes=[[1024], [None]])
+    assert q._unlocked_rows == 256
+    x = np.arange(600, dtype=np.float32)[:, None] * np.ones(1024, np.float32)
+    ids = (np.arange(600)[:, None] * 10 + np.arange(3)).astype(np.int64)
+    q.enqueue_many([x, ids])
+    got_x, got_ids = q.dequeue_many(300)
+    assert got_x[:, 0].tolist() == list(range(300)) and got_ids.tolist() == ids[:300].tolist()
+    q.close()
+    got_x, got_ids = q.dequeue_up_to(1000)
+    assert got_x[:, 0].tolist() == list(range(300, 600)) and got_ids.tolist() == ids[300:].tolist()
