@@ -12,8 +12,8 @@ block -- the common case -- is one slice copy of the block (rows of one
 block of rows of several lengths (a ``put_back`` of per-element rows). Other
 batches (elements enqueued one at a time, rows of several blocks, rows put
 back out of order) are gathered into one flat array and padded by one
-``pad_ragged`` call. An element enqueued alone is stored as itself (index
-``-1``). Strings and components of higher rank keep one array per element
+``pad_ragged`` call. An element enqueued alone is stored as itself.
+Strings and components of higher rank keep one array per element
 (:class:`ElementCodec`'s storage), padded by NumPy.
 """
 
@@ -30,8 +30,9 @@ from feedq.queues._spec import STRING, Component, ElementCodec
 
 __all__ = ["PaddingFIFOQueue"]
 
-# A row code: the row's index in its block (a Python int: the column holds
-# references); _SINGLE: an element stored as itself.
+# A block row's slot holds the block and the row's index in it (a Python
+# int: the column holds references); an element enqueued alone is stored as
+# itself (an ndarray, not a _Block) and its index slot is not read.
 _SINGLE = -1
 # Row indices 0..n-1 as Python ints, made once (a block column references
 # them: no int made per row); blocks of more rows make their own.
@@ -98,11 +99,11 @@ def _single_column(value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return col
 
 
-def _element(ref: Any, code: int) -> np.ndarray[Any, Any]:
-    """The element a stored (reference, code) pair stands for."""
-    if code < 0:
-        return ref  # type: ignore[no-any-return]
-    return ref.row(code)  # type: ignore[no-any-return]
+def _element(ref: Any, code: Any) -> np.ndarray[Any, Any]:
+    """The element a stored (reference, row index) pair stands for."""
+    if type(ref) is _Block:
+        return ref.row(code)
+    return ref  # type: ignore[no-any-return]
 
 
 def _unpadded(col: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -124,7 +125,7 @@ def _pad_blocks(col: np.ndarray[Any, Any], dtype: np.dtype[Any], fill: Any, in_o
     if k == 0:
         return np.empty((0, 0), dtype=dtype)
     first, last = col[0], col[k - 1]
-    if in_order and first[1] >= 0 and first[0] is last[0] and last[1] - first[1] == k - 1:
+    if in_order and type(first[0]) is _Block and first[0] is last[0] and last[1] - first[1] == k - 1:
         # Consecutive rows of one block: one copy (or one pad_ragged call).
         blk: _Block = first[0]
         r0 = first[1]
@@ -137,11 +138,11 @@ def _pad_blocks(col: np.ndarray[Any, Any], dtype: np.dtype[Any], fill: Any, in_o
     # from the codes and the blocks' identities: gathered into one flat
     # array, padded by one call.
     refs = col[:, 0]
-    codes = col[:, 1].astype(np.int64)
-    single = codes < 0
+    single = np.fromiter(map(type, refs), dtype=object, count=k) != _Block
     if single.all():
         bounds = [0, k]
     else:
+        codes = np.where(single, _SINGLE, col[:, 1]).astype(np.int64)
         same = np.fromiter(map(id, refs), dtype=np.int64, count=k)
         same = same[1:] == same[:-1]
         breaks = (single[1:] != single[:-1]) | (~single[1:] & ((codes[1:] != codes[:-1] + 1) | ~same))
@@ -156,7 +157,7 @@ def _pad_blocks(col: np.ndarray[Any, Any], dtype: np.dtype[Any], fill: Any, in_o
             lens.append(np.fromiter(map(len, arrs), dtype=np.int64, count=n))
             continue
         blk = refs[a]
-        r0 = int(codes[a])
+        r0 = int(col[a, 1])
         if blk.width >= 0:
             w = blk.width
             pieces.append(blk.values[r0 * w : (r0 + n) * w])
@@ -275,6 +276,10 @@ class PaddingFIFOQueue(FIFOQueue):
         codec = self._codec
         assert isinstance(codec, _PaddingCodec)
         self._block_idx = sorted(codec.blocks)
+        # One component, stored in blocks: the per-element hooks use a view
+        # of its column's references (kept current by _grow).
+        self._one_block = self._one_comp and bool(self._block_idx)
+        self._refs0: np.ndarray[Any, Any] = np.empty(0, dtype=object)
         # False once rows were put back in front (an interrupted take, a
         # put_back): the ring may then hold a block's rows out of order.
         # Never set back, so a take that saw True may read it later.
@@ -285,6 +290,11 @@ class PaddingFIFOQueue(FIFOQueue):
             return np.empty((alloc, 2), dtype=object)
         return super()._new_column(comp, alloc)
 
+    def _grow(self, alloc: int) -> None:
+        super()._grow(alloc)
+        if self._one_block:
+            self._refs0 = self._cols[0][:, 0]
+
     def _put_one(self, value: Any) -> None:
         if not self._block_idx:
             super()._put_one(value)
@@ -292,10 +302,12 @@ class PaddingFIFOQueue(FIFOQueue):
         pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
-        for i, (buf, v) in enumerate(zip(self._cols, [value] if self._one_comp else value)):
+        if self._one_block:
+            self._refs0[pos] = value  # the element itself (its index slot is not read)
+            return
+        for i, (buf, v) in enumerate(zip(self._cols, value)):
             if i in self._block_idx:
                 buf[pos, 0] = v
-                buf[pos, 1] = _SINGLE
             else:
                 buf[pos] = v
 
@@ -304,13 +316,22 @@ class PaddingFIFOQueue(FIFOQueue):
         super()._putback(chunk)
 
     def _take_one(self) -> Any:
-        # FIFOQueue's hook returns a block column's row as a view of the
-        # ring: read it before the take path clears the slot.
+        if self._one_block:
+            # FIFOQueue's hook for one component, reading the element from
+            # its slot's references.
+            if self._claims:
+                self._keep_busy(1)
+            pos = self._head
+            ref = self._refs0[pos]
+            if type(ref) is _Block:
+                ref = ref.row(self._cols[0][pos, 1])
+            self._head = pos + 1 if pos + 1 < self._alloc else 0
+            return ref
         row = super()._take_one()
         if not self._block_idx:
             return row
-        if self._one_comp:
-            return _element(row[0], row[1])
+        # FIFOQueue's hook returns a block column's slot as a view of the
+        # ring: read it before the take path clears the slot.
         for i in self._block_idx:
             row[i] = _element(row[i][0], row[i][1])
         return row

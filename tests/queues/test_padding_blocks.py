@@ -249,3 +249,24 @@ def test_block_rows_beside_a_batch_copied_outside_the_lock() -> None:
     q.close()
     got_x, got_ids = q.dequeue_up_to(1000)
     assert got_x[:, 0].tolist() == list(range(300, 600)) and got_ids.tolist() == ids[300:].tolist()
+
+
+def test_single_elements_across_growth_and_the_ring_end() -> None:
+    """Elements enqueued one at a time (stored as themselves) and block rows,
+    while the storage grows and the ring wraps: each comes out once, in order."""
+    q = PaddingFIFOQueue(-1, np.int64, shapes=[[None]])
+    want: list[list[int]] = []
+    got: list[list[int]] = []
+    for i in range(300):
+        if i % 7 == 0:
+            block = np.full((3, i % 4), i, np.int64)
+            q.enqueue_many(block)
+            want += block.tolist()
+        else:
+            q.enqueue(np.full(i % 5, i, np.int64))
+            want.append([i] * (i % 5))
+        if i % 3 == 0:
+            got.append(q.dequeue().tolist())
+    while q.size():
+        got.append(q.dequeue().tolist())
+    assert got == want
