@@ -192,6 +192,22 @@ def ragged_padding_rate(blocks: int) -> float:
     return timed(blocks * mb, body)
 
 
+def ragged_block_rate(blocks: int) -> float:
+    """Blocks of rows padded per block (as parse_example pads a
+    FixedLenSequenceFeature) through PaddingFIFOQueue([None]): enqueue_many
+    of 4 x BLOCK rows, four dequeue_many(BLOCK) (the dynamic_pad path)."""
+    src = np.random.default_rng(0).random((4 * BLOCK, WIDTH), dtype=np.float32)
+    q = PaddingFIFOQueue(8 * BLOCK, np.float32, shapes=[[None]])
+
+    def body() -> None:
+        for _ in range(blocks // 4):
+            q.enqueue_many(src)
+            for _ in range(4):
+                q.dequeue_many(BLOCK)
+
+    return timed(blocks // 4 * 4 * BLOCK_MB, body)
+
+
 def _component_cols(ncomp: int, rows: int, string: bool) -> tuple[list[Any], list[list[int]], list[Any]]:
     rng = np.random.default_rng(0)
     dtypes: list[Any] = [np.float32] + [np.int64] * (ncomp - 1)
@@ -460,6 +476,9 @@ def core_rows(quick: bool, repeats: int) -> list[list[str]]:
     rp, _ = median_rate(lambda: ragged_padding_rate(blocks // 10), repeats)
     rows.append(["MB/s padding, ragged rows, per-element enqueue", f"{rp:,.0f}", f"numpy copy {bound:,.0f}",
                  f"{rp / bound:.3f}x", "(info)"])
+    rb, _ = median_rate(lambda: ragged_block_rate(blocks), repeats)
+    rows.append(["MB/s padding, [None] rows in blocks, enqueue_many 1024 + dequeue_many 256", f"{rb:,.0f}",
+                 f"numpy copy {bound:,.0f}", f"{rb / bound:.3f}x", "(info)"])
     n_mem = 200_000 if quick else 1_000_000
     ratio, mb = memory_ratio(n_mem)
     rows.append([f"(d) memory, FIFOQueue of {n_mem:,} float32[32]", f"{mb:,.0f} MB",

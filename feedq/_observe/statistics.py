@@ -318,13 +318,14 @@ def _row_bytes(q: Any) -> float:
     components, estimated from up to 32 stored values for the others."""
     with q._mutex:
         cols = list(q._cols)
+        samples = {comp.index: q._stored_sample(comp.index, 256) for comp in q._components if not comp.dense}
     total = 0.0
     for comp, col in zip(q._components, cols):
         if comp.dense:
             total += col.itemsize * math.prod(col.shape[1:])
             continue
         seen: list[int] = []
-        for v in col[:256]:
+        for v in samples[comp.index]:
             if isinstance(v, np.ndarray):
                 seen.append(v.nbytes)
             elif isinstance(v, (bytes, bytearray)):

@@ -141,6 +141,8 @@ class QueueBase(metaclass=SharedByName):
     _unlocked_copy_bytes: ClassVar[int | None] = None
     #: Components with partial shapes are allowed (PaddingFIFOQueue).
     _partial_shapes: ClassVar[bool] = False
+    #: Converts between user values and the stored columns (PaddingFIFOQueue: its own).
+    _codec_class: ClassVar[type[ElementCodec]] = ElementCodec
     _name_counters: ClassVar[dict[str, itertools.count[int]]] = {}
 
     def __init__(
@@ -217,7 +219,7 @@ class QueueBase(metaclass=SharedByName):
         self._all_shaped = all(c.shape is not None for c in components)
         self._all_dense = all(c.dense for c in components)
         self._wheres = wheres = [self._where(c.index) for c in components]
-        self._codec = ElementCodec(
+        self._codec = self._codec_class(
             self._kind, name, components, names, wheres,
             None if self._all_shaped_dense(components) else self._pad,
         )
@@ -714,7 +716,7 @@ class QueueBase(metaclass=SharedByName):
             att = _Dequeue(n, mode >= _UP_TO, _TAKE_OPS[mode], outs, mode == _AVAILABLE, cancel)
             engine.run_dequeue(att, timeout)
             if mode == _ONE:
-                return pack_values([c[0] for c in att.chunks[0]], self._names)
+                return pack_values(self._codec.first_row(att.chunks[0]), self._names)
             return self._batch(att.chunks, att.count, outs, padded)
         except BaseException:
             # The rows never reached the caller: back to the front, in order.
@@ -869,6 +871,11 @@ class QueueBase(metaclass=SharedByName):
             assert comp.shape is not None
             return np.empty((alloc, *comp.shape), dtype=comp.dtype)
         return np.empty(alloc, dtype=object)
+
+    def _stored_sample(self, i: int, n: int) -> list[Any]:
+        """The values in up to ``n`` slots of component ``i``'s column, as
+        elements (``None`` for an empty slot): for size estimates (lock held)."""
+        return list(self._cols[i][:n])
 
     def _read_row(self, pos: int) -> list[Any]:
         """Copy row ``pos`` out of every column, clearing object references."""

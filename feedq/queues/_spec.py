@@ -173,6 +173,28 @@ class Component:
             and value.ndim
         ):
             return value
+        arr = self._checked_batch(value, where)
+        if self.dense:
+            return arr
+        # Ragged rows are stored by reference, one array each: copy the batch
+        # once (later changes by the caller do not reach the queue) and hand
+        # its rows over as views -- no copy and no Python step per row. (The
+        # None makes np.array build a 1-D object array of the rows.)
+        rows = list(np.array(arr, copy=True))
+        rows.append(None)
+        out: np.ndarray[Any, Any] = np.array(rows, dtype=object)[:-1]
+        return out
+
+    def convert_block(self, value: Any, where: str) -> np.ndarray[Any, Any]:
+        """Convert a batch of a component without a fixed shape into one
+        new C-contiguous array ``(k,) + row shape`` (checked as
+        :meth:`convert_many` checks it): the queue's own copy, whose rows
+        are the elements (all of the batch's row shape, Q38)."""
+        return np.array(self._checked_batch(value, where), copy=True, order="C")
+
+    def _checked_batch(self, value: Any, where: str) -> np.ndarray[Any, Any]:
+        """A batch as an array of this dtype, with a leading batch dimension
+        and rows of this shape (Q10)."""
         arr = self._to_array(value, where)
         if arr.ndim == 0:
             raise InvalidArgumentError(
@@ -184,16 +206,7 @@ class Component:
                 f"Shape mismatch in tuple component {self.index}. "
                 f"Expected {_shape_str((arr.shape[0], *shape))}, got {_shape_str(arr.shape)}"
             )
-        if self.dense:
-            return arr
-        # Ragged rows are stored by reference, one array each: copy the batch
-        # once (later changes by the caller do not reach the queue) and hand
-        # its rows over as views -- no copy and no Python step per row. (The
-        # None makes np.array build a 1-D object array of the rows.)
-        rows = list(np.array(arr, copy=True))
-        rows.append(None)
-        out: np.ndarray[Any, Any] = np.array(rows, dtype=object)[:-1]
-        return out
+        return arr
 
 
 
@@ -260,15 +273,10 @@ class ElementCodec:
             ):
                 cols.append(value)  # already a column (Component.convert_many, inline)
                 continue
-            if rows and not comp.dense and (
-                isinstance(value, (list, tuple))
-                or (isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1)
-            ):
-                col = np.empty(len(value), dtype=object)
-                for i, v in enumerate(value):
-                    col[i] = comp.convert_one(v, wheres[comp.index])
-            else:
+            if comp.dense:
                 col = comp.convert_many(value, wheres[comp.index])
+            else:
+                col = self.ragged_column(comp, value, wheres[comp.index], rows)
             cols.append(col)
         n = cols[0].shape[0]
         for i, col in enumerate(cols):
@@ -278,6 +286,25 @@ class ElementCodec:
                     f"the 0th dimension. Component 0 has {n}, component {i} has {col.shape[0]}"
                 )
         return cols
+
+    def ragged_column(self, comp: Component, value: Any, where: str, rows: bool) -> np.ndarray[Any, Any]:
+        """The stored column of a component without a fixed shape (see
+        :meth:`convert_batch`): here a 1-D object array holding each
+        element's own array."""
+        if rows and (
+            isinstance(value, (list, tuple))
+            or (isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1)
+        ):
+            col = np.empty(len(value), dtype=object)
+            for i, v in enumerate(value):
+                col[i] = comp.convert_one(v, where)
+            return col
+        return comp.convert_many(value, where)
+
+    def first_row(self, chunk: list[np.ndarray[Any, Any]]) -> list[Any]:
+        """The element that row 0 of taken columns holds, as ``dequeue``
+        returns its components."""
+        return [c[0] for c in chunk]
 
     def row_to_cols(self, row: list[Any]) -> list[np.ndarray[Any, Any]]:
         """One element's converted component values as one-row columns."""

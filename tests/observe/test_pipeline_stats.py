@@ -540,3 +540,14 @@ def test_stalled_process_worker_is_named(caplog: pytest.LogCaptureFixture) -> No
     # the machine); the timed-out call took nothing, but its wait counts.
     assert stats.consumer.takes == 1 and stats.consumer.waited_takes <= 1
     assert stats.consumer.wait_s >= STALL + 0.8
+
+
+def test_bytes_of_ragged_elements_are_estimated_from_the_elements_stored() -> None:
+    """A PaddingFIFOQueue stores [None] numeric rows in blocks; the estimate
+    reads the elements, not the (block, row) slots that hold them."""
+    from feedq._observe.statistics import _row_bytes
+    from feedq.queues import PaddingFIFOQueue
+
+    q = PaddingFIFOQueue(10, [np.int64, np.float32, "string"], shapes=[[None], [], [None]])
+    q.enqueue_many([np.zeros((4, 3), np.int64), np.zeros(4, np.float32), [[b"ab"]] * 4])
+    assert _row_bytes(q) == 3 * 8 + 4 + 8  # a string row: an object array of one reference
