@@ -724,14 +724,24 @@ def shuffle_moves(n: int, raw: Any) -> tuple[list[int], list[int], list[int]]:
     slot ``n-1-j`` into it. Returns (src, dst, dsrc) as ``py_shuffle_sources``."""
     held: dict[int, int] = {}  # slot -> the original slot of the row it holds (written slots)
     src = []
-    last = n
-    for x in np.asarray(raw, dtype=np.uint64).tolist():
-        r = (x * last) >> 64
-        last -= 1
+    last = n - 1
+    for r in _draw_slots(n, np.asarray(raw, dtype=np.uint64)):
         src.append(held.get(r, r))
         if r != last:
             held[r] = held.get(last, last)
+        last -= 1
     return src, list(held), list(held.values())
+
+
+def _draw_slots(n: int, raw: np.ndarray) -> list[int]:
+    """``raw[j] * (n - j) >> 64`` for every j, exactly."""
+    k = raw.shape[0]
+    if n > 1 << 32:
+        return [(int(x) * (n - j)) >> 64 for j, x in enumerate(raw.tolist())]
+    # In 64-bit halves: with m <= 2**32 the sum below stays under 2**64.
+    m = np.arange(n, n - k, -1, dtype=np.uint64)
+    hi, lo = raw >> np.uint64(32), raw & np.uint64(0xFFFFFFFF)
+    return ((hi * m + ((lo * m) >> np.uint64(32))) >> np.uint64(32)).tolist()
 
 
 def shuffle_sources(n: int, raw: Any, src: np.ndarray, dst: np.ndarray, dsrc: np.ndarray) -> int:

@@ -10,7 +10,7 @@ need no unique-draw or sort, the kept rows stay compact in ``[0, n - k)``,
 ``dequeue_many(k)`` gives), and the draws depend only on the sizes at each
 call, never on how producers split their blocks (X12, Q33). Columns of a
 fixed-size dtype go through one native call for all of them
-(``feedq._native.shuffle_take``); object columns (strings, ragged) get the
+(``feedq._native.shuffle_take``); object columns (strings) get the
 same draws as index moves (``shuffle_sources``): one gather and one scatter
 each.
 """
@@ -93,8 +93,8 @@ class RandomShuffleQueue(QueueBase):
         # one (an int); the same stream either way.
         self._raw = self._rng.bit_generator.random_raw
         # Columns the native kernel moves as bytes (fixed-size dtypes; all of
-        # them in one call), and columns of object references (strings,
-        # ragged; all columns with the pure-Python core), moved by index.
+        # them in one call), and columns of object references (strings; all
+        # columns with the pure-Python core), moved by index.
         native = _native.CORE == "native"
         self._byte_idx = [i for i, c in enumerate(self._components)
                           if native and c.dense and c.dtype is not STRING]

@@ -191,3 +191,17 @@ def test_a_large_take_matches_the_twin() -> None:
         res.append((col, out))
     assert np.array_equal(res[0][0], res[1][0]) and np.array_equal(res[0][1], res[1][1])
     assert np.array_equal(np.sort(np.concatenate([res[0][0][: n - k, 0], res[0][1][:, 0]])), np.sort(base[:, 0]))
+
+
+def test_the_twin_scales_draws_exactly_at_any_size() -> None:
+    """The twin computes raw * (n - j) >> 64 in 64-bit halves (n <= 2**32)
+    or in Python ints: both the exact product's high half."""
+    from feedq._native._pure import _draw_slots
+
+    rng = np.random.default_rng(6)
+    for n in [1, 2, 3, 1000, 2**31, 2**32 - 1, 2**32, 2**32 + 5, 2**40]:
+        k = min(n, 300)
+        raw = rng.integers(0, 2**64, size=k, dtype=np.uint64)
+        raw[:3] = np.uint64(2**64 - 1)
+        raw[3:5] = 0
+        assert _draw_slots(n, raw) == [(int(x) * (n - j)) >> 64 for j, x in enumerate(raw.tolist())]
