@@ -741,7 +741,8 @@ def _draw_slots(n: int, raw: np.ndarray) -> list[int]:
     # In 64-bit halves: with m <= 2**32 the sum below stays under 2**64.
     m = np.arange(n, n - k, -1, dtype=np.uint64)
     hi, lo = raw >> np.uint64(32), raw & np.uint64(0xFFFFFFFF)
-    return ((hi * m + ((lo * m) >> np.uint64(32))) >> np.uint64(32)).tolist()
+    slots: list[int] = ((hi * m + ((lo * m) >> np.uint64(32))) >> np.uint64(32)).tolist()
+    return slots
 
 
 def shuffle_sources(n: int, raw: Any, src: np.ndarray, dst: np.ndarray, dsrc: np.ndarray) -> int:
