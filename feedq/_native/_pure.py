@@ -747,14 +747,21 @@ def _draw_slots(n: int, raw: np.ndarray) -> list[int]:
 
 def shuffle_sources(n: int, raw: Any, src: np.ndarray, dst: np.ndarray, dsrc: np.ndarray) -> int:
     """See ``_core.c`` ``py_shuffle_sources``."""
-    k = len(raw) // 8 if isinstance(raw, (bytes, bytearray)) else int(np.asarray(raw).size)
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        if len(memoryview(raw).cast("B")) % 8:
+            raise ValueError("shuffle_sources: inconsistent argument sizes")
+        draws = np.frombuffer(raw, dtype=np.uint64)
+    else:
+        draws = np.asarray(raw, dtype=np.uint64)
+    k = int(draws.size)
     if n < 0 or k > n or len(src) < k or len(dst) < k or len(dsrc) < k:
         raise ValueError("shuffle_sources: inconsistent argument sizes")
-    s, d, ds = shuffle_moves(n, raw)
-    src[:k] = s
+    s, d, ds = shuffle_moves(n, draws)
     m = len(d)
-    dst[:m] = d
-    dsrc[:m] = ds
+    # (np.array of a list first: a slice assignment converts item by item.)
+    src[:k] = np.array(s, dtype=np.int64)
+    dst[:m] = np.array(d, dtype=np.int64)
+    dsrc[:m] = np.array(ds, dtype=np.int64)
     return m
 
 
