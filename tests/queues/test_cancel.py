@@ -474,8 +474,10 @@ def test_interrupted_consumers_of_a_random_shuffle_queue_lose_nothing(strings: b
 @pytest.mark.stress
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_interrupted_consumers_of_a_shared_queue_lose_nothing_long(seed: int) -> None:
-    hits, enqueued, received, left = _interrupt_consumers(20_000, 240.0, seed)
+@pytest.mark.parametrize(("kind", "strings"), [("fifo", False), ("shuffle", False), ("shuffle", True)],
+                         ids=["fifo", "shuffle", "shuffle-with-strings"])
+def test_interrupted_consumers_of_a_shared_queue_lose_nothing_long(seed: int, kind: str, strings: bool) -> None:
+    hits, enqueued, received, left = _interrupt_consumers(20_000, 240.0, seed, kind, strings)
     assert hits > 1000
     assert (enqueued - received - left, left) == (0, 0)
 
