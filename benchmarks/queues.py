@@ -14,6 +14,13 @@
     thread, against the floor: the NumPy copies a pair must make (the rows
     into preallocated columns, and out again as new arrays), so the ratio is
     what the queue's bookkeeping costs on top of its copies.
+(h) us of thread CPU per dequeue_many(256) (and per dequeue()) from a
+    RandomShuffleQueue(12288, min_after_dequeue 4096) of float32[32] + int64
+    holding ~8k rows, against the same calls on a FIFOQueue holding the
+    same rows, interleaved in one run; each call is timed alone
+    (time.thread_time_ns around it; the refill enqueue_many is not
+    counted), so the ratio is what the random draw costs over the FIFO's
+    contiguous copy.
 (g) --against TREE: the per-call costs of this tree beside another checkout
     of feedq (the code before a change), measured in ONE run: each round
     runs both trees in a fresh subprocess (PYTHONPATH=TREE, then this tree,
@@ -25,7 +32,7 @@
     one run per tree, 1,000 pairs per case): a count the load of a shared
     machine does not change, so small differences show.
 
-Run: python benchmarks/queues.py [--quick]
+Run: python benchmarks/queues.py [--quick] [--only components|takes]
      python benchmarks/queues.py --against ../base [--rounds 5] [--instructions]
 """
 
@@ -325,6 +332,78 @@ def _threaded_pairs_per_cpu_s(n: int) -> float:
     return n / (time.process_time() - t0)
 
 
+SHUFFLE_STORED = 8192
+
+
+def _stored_queue(kind: str) -> tuple[Any, list[np.ndarray]]:
+    """(h): a queue of float32[32] + int64 holding SHUFFLE_STORED rows, and a 256-row refill."""
+    dtypes, shapes = [np.float32, np.int64], [[WIDTH], []]
+    q: Any
+    if kind == "shuffle":
+        q = RandomShuffleQueue(12288, 4096, dtypes, shapes=shapes, seed=0)
+    else:
+        q = FIFOQueue(12288, dtypes, shapes=shapes)
+    x = np.random.default_rng(0).random((SHUFFLE_STORED, WIDTH), dtype=np.float32)
+    q.enqueue_many([x, np.arange(SHUFFLE_STORED)])
+    return q, [x[:BLOCK], np.arange(BLOCK)]
+
+
+def _stored_take(kind: str, many: bool) -> Any:
+    """(g) case: enqueue_many(256) + dequeue_many(256) (or 256 x enqueue + dequeue) on ~8k stored."""
+    q, refill = _stored_queue(kind)
+    rows = [[refill[0][i], refill[1][i]] for i in range(BLOCK)]
+
+    def run(n: int) -> None:
+        if many:
+            for _ in range(n):
+                q.dequeue_many(BLOCK)
+                q.enqueue_many(refill)
+        else:
+            take, put = q.dequeue, q.enqueue
+            for i in range(n):
+                take()
+                put(rows[i % BLOCK])
+    return run
+
+
+def take_cpu_us(kind: str, many: bool, calls: int) -> float:
+    """(h): median thread CPU us of one dequeue_many(256) (or dequeue()) with ~8k stored."""
+    q, refill = _stored_queue(kind)
+    row = [refill[0][0], refill[1][0]]
+    clock = time.thread_time_ns
+    per = []
+    for _ in range(calls):
+        if many:
+            t0 = clock()
+            q.dequeue_many(BLOCK)
+            t1 = clock()
+            q.enqueue_many(refill)
+        else:
+            t0 = clock()
+            q.dequeue()
+            t1 = clock()
+            q.enqueue(row)
+        per.append(t1 - t0)
+    return statistics.median(per) / 1e3
+
+
+def take_rows(quick: bool, repeats: int) -> list[list[str]]:
+    """Rows (h): shuffle takes beside FIFO takes, interleaved."""
+    calls = 2_000 if quick else 10_000
+    rows = []
+    for many, what in [(True, f"dequeue_many({BLOCK})"), (False, "dequeue()")]:
+        shuffle, fifo = [], []
+        take_cpu_us("shuffle", many, calls // 10)
+        take_cpu_us("fifo", many, calls // 10)
+        for _ in range(repeats):
+            shuffle.append(take_cpu_us("shuffle", many, calls))
+            fifo.append(take_cpu_us("fifo", many, calls))
+        sh, fi = statistics.median(shuffle), statistics.median(fifo)
+        rows.append([f"(h) CPU us per {what}, RandomShuffleQueue of ~8k f32[32] + int64", f"{sh:,.2f}",
+                     f"FIFOQueue {fi:,.2f}", f"{sh / fi:.2f}x", "(info)"])
+    return rows
+
+
 PER_CALL_CASES = [
     ("enqueue+dequeue, float32[]", lambda: _pair_one(()), 50_000),
     ("enqueue+dequeue, float32[32]", lambda: _pair_one((WIDTH,)), 50_000),
@@ -333,6 +412,11 @@ PER_CALL_CASES = [
     ("enqueue_many+dequeue_many, 64 x f32[32] + 3 int64", lambda: _pair_many(4, 64, False), 10_000),
     ("enqueue_many+dequeue_many, 64 x f32[32] + int64 + string", lambda: _pair_many(2, 64, True), 5_000),
     ("enqueue_many+dequeue_many, 1024 x f32[32]", lambda: _pair_many(1, 1024, False), 3_000),
+    ("shuffle dequeue_many(256)+enqueue_many(256), ~8k f32[32] + int64 stored",
+     lambda: _stored_take("shuffle", True), 5_000),
+    ("fifo dequeue_many(256)+enqueue_many(256), ~8k f32[32] + int64 stored",
+     lambda: _stored_take("fifo", True), 5_000),
+    ("shuffle dequeue+enqueue, ~8k f32[32] + int64 stored", lambda: _stored_take("shuffle", False), 20_000),
 ]
 THREADED = "1P+1C pairs per CPU-second, float32[32] (thousands)"
 
@@ -415,8 +499,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats and elements")
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--only", choices=["all", "components"], default="all",
-                    help="components: only the (f) rows")
+    ap.add_argument("--only", choices=["all", "components", "takes"], default="all",
+                    help="components: only the (f) rows; takes: only the (h) rows")
     ap.add_argument("--against", metavar="TREE", default=None,
                     help="(g) only: per-call CPU time beside the feedq checkout at TREE")
     ap.add_argument("--rounds", type=int, default=5, help="(g): rounds of each tree")
@@ -446,7 +530,10 @@ def main() -> None:
     rows: list[list[str]] = []
     if args.only == "all":
         rows += core_rows(args.quick, repeats)
-    rows += component_rows(args.quick, repeats)
+    if args.only in ("all", "components"):
+        rows += component_rows(args.quick, repeats)
+    if args.only in ("all", "takes"):
+        rows += take_rows(args.quick, repeats)
     print(table(rows, ["measure", "feedq", "baseline", "ratio", "target"]))
 
 

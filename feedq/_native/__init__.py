@@ -20,6 +20,9 @@ Kernels (buffers in, NumPy arrays out; nothing here imports the rest of feedq):
 * :func:`take_bytes` -- (start, end) offsets into a buffer -> bytes objects;
 * :func:`read_window` -- a file's bytes read after the unread tail of a
   buffer, straight into one new bytes object (pread, GIL released).
+* :func:`shuffle_take`, :func:`shuffle_sources` -- a RandomShuffleQueue's
+  draws (partial Fisher-Yates against the tail): rows out of byte columns and
+  the storage compacted in one call, or the same draws as index moves.
 
 :data:`NATIVE` (None when the extension is not built) and :data:`PURE` are
 the two implementations as :class:`Kernels` objects, for tests and
@@ -95,6 +98,8 @@ __all__ = [
     "parse_examples",
     "read_window",
     "scan_tfrecords",
+    "shuffle_sources",
+    "shuffle_take",
     "take_bytes",
 ]
 
@@ -131,3 +136,5 @@ parse_examples = _ACTIVE.parse_examples
 pad_ragged = _ACTIVE.pad_ragged
 take_bytes = _ACTIVE.take_bytes
 read_window = _ACTIVE.read_window
+shuffle_take = _ACTIVE.shuffle_take
+shuffle_sources = _ACTIVE.shuffle_sources

@@ -160,6 +160,13 @@ def _byte_view(buf: Any) -> memoryview:
     return mv
 
 
+def _uint64_vector(x: Any) -> np.ndarray:
+    arr = np.ascontiguousarray(x, dtype=np.uint64)
+    if arr.ndim != 1:
+        raise ValueError(f"raw draws must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
 def _int64_vector(x: Any, what: str) -> np.ndarray:
     arr = np.ascontiguousarray(x, dtype=np.int64)
     if arr.ndim != 1:
@@ -376,6 +383,60 @@ class Kernels:
         if off.ndim != 2 or off.shape[1] != 2:
             raise ValueError(f"offsets must be [N, 2] (start, end) pairs, got shape {off.shape}")
         return _object_array(self.backend.take_bytes(mv, off))
+
+    # ------------------------------------------------------------- shuffle
+    def shuffle_take(self, n: int, raw: Any, cols: Sequence[Any], outs: Sequence[Any], done: Any = None) -> None:
+        """The draws of a RandomShuffleQueue take: a partial Fisher-Yates
+        against the tail, on the rows of byte columns, in place.
+
+        Draw ``j`` (of ``k = len(raw)``) picks slot ``r_j = raw[j] * (n - j) >> 64``
+        (uniform in ``[0, n - j)``) of the ``n - j`` rows still stored,
+        copies it to row ``j`` of every ``outs[i]`` and moves row ``n-1-j``
+        into the slot; rows ``[0, n - k)`` of every column are then the rows
+        kept. One call for all columns: nothing can interrupt it between two.
+
+        Args:
+            n: rows stored in each column.
+            raw: ``k`` uint64 draws (``Generator.bit_generator.random_raw(k)``).
+            cols: writable C-contiguous buffers (fixed-size dtypes, not
+                object) of at least ``n`` rows each.
+            outs: one writable C-contiguous buffer of ``k`` rows per column
+                (its row size is ``len(out) // k`` bytes).
+            done: None, or a writable buffer whose first byte is set to 1
+                once every column is done (so that a caller can tell an
+                exception raised as the call returned, such as Ctrl-C, from
+                one it raised, when nothing was written).
+
+        Raises:
+            ValueError: ``k > n``, or a buffer that does not hold its rows
+                (nothing is written then).
+            TypeError, BufferError: a column or out that is not a writable
+                contiguous buffer.
+        """
+        fn = getattr(self.backend, "shuffle_take", None) or self.fallback.shuffle_take
+        if done is None:
+            fn(n, _uint64_vector(raw), tuple(cols), tuple(outs))
+        else:
+            fn(n, _uint64_vector(raw), tuple(cols), tuple(outs), done)
+
+    def shuffle_sources(self, n: int, raw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The draws of :meth:`shuffle_take` as index moves, for columns that
+        are not byte buffers (object arrays): ``(src, dst, dsrc)``, int64.
+
+        ``out = col[src]`` are the rows drawn, in draw order, and
+        ``col[dst] = col[dsrc]`` (the right side gathered first) leaves
+        ``col`` as :meth:`shuffle_take` does; ``dst`` are the slots the
+        moves wrote, in the order first written (at most ``k``).
+
+        Raises:
+            ValueError: ``k > n``.
+        """
+        draws = _uint64_vector(raw)
+        k = draws.shape[0]
+        src, dst, dsrc = np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int64)
+        fn = getattr(self.backend, "shuffle_sources", None) or self.fallback.shuffle_sources
+        m = int(fn(n, draws, src, dst, dsrc))
+        return src, dst[:m], dsrc[:m]
 
     # ------------------------------------------------------------- reading
     def read_window(self, fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, int]:

@@ -9,6 +9,9 @@
  *   pad_ragged               values + row splits -> dense [B, width].
  *   read_window              a file's bytes read straight into a new bytes
  *                            object after the unread tail of the last one.
+ *   shuffle_take             a RandomShuffleQueue's draws: rows out of columns,
+ *                            the storage compacted (partial Fisher-Yates).
+ *   shuffle_sources          the same draws as index moves (object columns).
  *
  * Every function takes buffers (bytes, memoryview, NumPy arrays) and writes
  * into preallocated writable buffers or returns bytes; the GIL is released
@@ -1405,6 +1408,215 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ shuffle */
+
+/*
+ * The draws of a RandomShuffleQueue take (feedq/queues/_shuffle.py), a
+ * partial Fisher-Yates against the tail. k = len(raw) / 8 uint64 draws of the
+ * queue's generator; draw j picks slot
+ *
+ *     r_j = floor(raw[j] * (n - j) / 2**64)    (uniform in [0, n - j))
+ *
+ * of the n - j rows still stored, hands that row out as row j, and moves row
+ * n-1-j (the last one still stored) into the slot. After k draws the rows
+ * kept are [0, n - k), compact. A product's high half can never reach n - j,
+ * so no draw can index outside the rows stored.
+ */
+static inline uint64_t
+mulhi64(uint64_t a, uint64_t b)
+{
+#if defined(__SIZEOF_INT128__)
+    return (uint64_t)(((unsigned __int128)a * b) >> 64);
+#else
+    uint64_t a_lo = (uint32_t)a, a_hi = a >> 32, b_lo = (uint32_t)b, b_hi = b >> 32;
+    uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo, p3 = a_hi * b_hi;
+    uint64_t mid = (p0 >> 32) + (uint32_t)p1 + (uint32_t)p2;
+    return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+#endif
+}
+
+#define SHUFFLE_NOGIL_BYTES 262144
+
+/* shuffle_take(n, raw, cols, outs[, done]) -> None
+ *
+ * cols, outs: tuples of the same length; outs[i] a writable buffer of k rows
+ * (row_bytes = len(outs[i]) / k), cols[i] a writable buffer of at least n such
+ * rows. For every column: outs[i] row j = the row draw j picks; cols[i] rows
+ * [0, n - k) = the rows kept (a slot's content after the last move into it;
+ * rows [n - k, n) hold what the moves left there). Every buffer is checked
+ * before any byte is written, so a bad argument changes nothing; one call
+ * for all columns, so nothing can interrupt it between two of them. done (a
+ * writable buffer of at least one byte, optional): its first byte is set to 1
+ * once every column is done, so a caller can tell an exception raised as the
+ * call returned (Ctrl-C: the rows are out) from one the call raised (none is).
+ */
+static PyObject *
+py_shuffle_take(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n, k, ncols, i, held = 0;
+    Py_buffer braw, bdone = {0};
+    PyObject *cols, *outs, *res = NULL;
+    Py_buffer *bufs = NULL;
+    size_t total = 0;
+    if (!PyArg_ParseTuple(args, "ny*OO|w*:shuffle_take", &n, &braw, &cols, &outs, &bdone))
+        return NULL;
+    if (bdone.obj != NULL && bdone.len < 1) {
+        PyErr_SetString(PyExc_ValueError, "shuffle_take: done must hold at least one byte");
+        goto done;
+    }
+    if (!PyTuple_Check(cols) || !PyTuple_Check(outs) || PyTuple_GET_SIZE(cols) != PyTuple_GET_SIZE(outs)) {
+        PyErr_SetString(PyExc_TypeError, "shuffle_take: cols and outs must be tuples of the same length");
+        goto done;
+    }
+    if (braw.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "shuffle_take: raw must hold uint64 draws");
+        goto done;
+    }
+    k = braw.len / 8;
+    if (n < 0 || k > n) {
+        PyErr_Format(PyExc_ValueError, "shuffle_take: %zd draws from %zd rows", k, n);
+        goto done;
+    }
+    ncols = PyTuple_GET_SIZE(cols);
+    bufs = PyMem_Calloc((size_t)(2 * ncols + 1), sizeof(Py_buffer));
+    if (bufs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < ncols; i++) {
+        Py_buffer *c = &bufs[2 * i], *o = &bufs[2 * i + 1];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(cols, i), c, PyBUF_WRITABLE) < 0)
+            goto done;
+        held++;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, i), o, PyBUF_WRITABLE) < 0)
+            goto done;
+        held++;
+        if (k > 0) {
+            Py_ssize_t rb = o->len / k;
+            if (o->len % k || (rb > 0 && c->len / rb < n)) {
+                PyErr_Format(PyExc_ValueError,
+                             "shuffle_take: column %zd: %zd bytes of column and %zd of out do not hold "
+                             "%zd and %zd rows", i, c->len, o->len, n, k);
+                goto done;
+            }
+            total += (size_t)o->len;
+        }
+    }
+    if (k > 0 && total > 0) {
+        const uint8_t *rp = (const uint8_t *)braw.buf;
+        PyThreadState *ts = total >= SHUFFLE_NOGIL_BYTES ? PyEval_SaveThread() : NULL;
+        for (i = 0; i < ncols; i++) {
+            uint8_t *col = (uint8_t *)bufs[2 * i].buf, *out = (uint8_t *)bufs[2 * i + 1].buf;
+            size_t rb = (size_t)(bufs[2 * i + 1].len / k);
+            if (rb == 0)
+                continue;
+            /* Common row sizes get copies of a size the compiler knows (a
+             * call to memcpy per row costs more than a short row). */
+#define SHUFFLE_ROWS(RB)                                                           \
+            for (Py_ssize_t j = 0; j < k; j++) {                                   \
+                uint64_t x, last = (uint64_t)(n - 1 - j);                          \
+                memcpy(&x, rp + 8 * (size_t)j, 8);                                 \
+                uint64_t r = mulhi64(x, (uint64_t)(n - j));                        \
+                memcpy(out + (size_t)j * (RB), col + (size_t)r * (RB), (RB));      \
+                if (r != last)                                                     \
+                    memcpy(col + (size_t)r * (RB), col + (size_t)last * (RB), (RB)); \
+            }                                                                      \
+            break;
+            switch (rb) {
+            case 1: SHUFFLE_ROWS(1)
+            case 2: SHUFFLE_ROWS(2)
+            case 4: SHUFFLE_ROWS(4)
+            case 8: SHUFFLE_ROWS(8)
+            case 16: SHUFFLE_ROWS(16)
+            case 32: SHUFFLE_ROWS(32)
+            case 64: SHUFFLE_ROWS(64)
+            case 128: SHUFFLE_ROWS(128)
+            case 256: SHUFFLE_ROWS(256)
+            default: SHUFFLE_ROWS(rb)
+            }
+#undef SHUFFLE_ROWS
+        }
+        if (ts != NULL)
+            PyEval_RestoreThread(ts);
+    }
+    if (bdone.obj != NULL)
+        ((uint8_t *)bdone.buf)[0] = 1;
+    res = Py_None;
+    Py_INCREF(res);
+done:
+    for (i = 0; i < held; i++)
+        PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyBuffer_Release(&braw);
+    if (bdone.obj != NULL)
+        PyBuffer_Release(&bdone);
+    return res;
+}
+
+/* shuffle_sources(n, raw, src, dst, dsrc) -> m
+ *
+ * The same draws as index moves, for columns that are not byte buffers
+ * (object arrays) and for the twin: src (int64 [k]) = the original slot of
+ * the row draw j hands out; dst, dsrc (int64, room for k each) = the m slots
+ * the moves wrote, in the order first written, and the original slot of the
+ * row each holds at the end. So out = col[src]; col[dst] = col[dsrc] (gathered
+ * first) leaves col as shuffle_take does. Scratch: one int64 per row (calloc:
+ * large ones come as untouched zero pages).
+ */
+static PyObject *
+py_shuffle_sources(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n, k, m = 0;
+    Py_buffer braw, bsrc, bdst, bdsrc;
+    PyObject *res = NULL;
+    int64_t *map = NULL; /* slot -> 1 + the original slot of the row it holds (0: its own) */
+    if (!PyArg_ParseTuple(args, "ny*w*w*w*:shuffle_sources", &n, &braw, &bsrc, &bdst, &bdsrc))
+        return NULL;
+    k = braw.len / 8;
+    if (braw.len % 8 || n < 0 || k > n || bsrc.len / 8 < k || bdst.len / 8 < k || bdsrc.len / 8 < k) {
+        PyErr_SetString(PyExc_ValueError, "shuffle_sources: inconsistent argument sizes");
+        goto done;
+    }
+    if (k > 0) {
+        map = (int64_t *)calloc((size_t)n, sizeof(int64_t));
+        if (map == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        const uint8_t *rp = (const uint8_t *)braw.buf;
+        uint8_t *sp = (uint8_t *)bsrc.buf, *dp = (uint8_t *)bdst.buf, *ds = (uint8_t *)bdsrc.buf;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            uint64_t x;
+            int64_t last = (int64_t)(n - 1 - j), r, held;
+            memcpy(&x, rp + 8 * (size_t)j, 8);
+            r = (int64_t)mulhi64(x, (uint64_t)(n - j));
+            held = map[r] ? map[r] - 1 : r;
+            memcpy(sp + 8 * (size_t)j, &held, 8);
+            if (r != last) {
+                if (map[r] == 0) { /* first written: its place in dst */
+                    memcpy(dp + 8 * (size_t)m, &r, 8);
+                    m++;
+                }
+                map[r] = map[last] ? map[last] : last + 1;
+            }
+        }
+        for (Py_ssize_t i = 0; i < m; i++) {
+            int64_t d, v;
+            memcpy(&d, dp + 8 * (size_t)i, 8);
+            v = map[d] - 1;
+            memcpy(ds + 8 * (size_t)i, &v, 8);
+        }
+    }
+    res = PyLong_FromSsize_t(m);
+done:
+    free(map);
+    PyBuffer_Release(&braw);
+    PyBuffer_Release(&bsrc);
+    PyBuffer_Release(&bdst);
+    PyBuffer_Release(&bdsrc);
+    return res;
+}
+
 /* ------------------------------------------------------------------ module */
 
 /* ------------------------------------------------------------------ reading */
@@ -1484,6 +1696,8 @@ static PyMethodDef methods[] = {
     {"parse_examples", py_parse_examples, METH_VARARGS, "tf.train.Example parsing (see feedq._native)."},
     {"pad_ragged", py_pad_ragged, METH_VARARGS, "values + row splits -> dense (see feedq._native)."},
     {"take_bytes", py_take_bytes, METH_VARARGS, "buffer slices -> bytes objects (see feedq._native)."},
+    {"shuffle_take", py_shuffle_take, METH_VARARGS, "shuffle draws: rows out, storage compacted (see feedq._native)."},
+    {"shuffle_sources", py_shuffle_sources, METH_VARARGS, "shuffle draws as index moves (see feedq._native)."},
     READ_WINDOW_METHOD
     {NULL, NULL, 0, NULL},
 };

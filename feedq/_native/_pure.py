@@ -715,3 +715,96 @@ def read_window(fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, in
         parts.append(c)
         got += len(c)
     return b"".join(parts), got, err
+
+
+# ------------------------------------------------------------------------ shuffle
+def shuffle_moves(n: int, raw: Any) -> tuple[list[int], list[int], list[int]]:
+    """The draws of ``_core.c`` ``py_shuffle_take`` as index moves (a loop
+    over ints): draw j picks slot ``r = raw[j] * (n - j) >> 64`` and moves
+    slot ``n-1-j`` into it. Returns (src, dst, dsrc) as ``py_shuffle_sources``."""
+    held: dict[int, int] = {}  # slot -> the original slot of the row it holds (written slots)
+    src = []
+    last = n - 1
+    for r in _draw_slots(n, np.asarray(raw, dtype=np.uint64)):
+        src.append(held.get(r, r))
+        if r != last:
+            held[r] = held.get(last, last)
+        last -= 1
+    return src, list(held), list(held.values())
+
+
+def _draw_slots(n: int, raw: np.ndarray) -> list[int]:
+    """``raw[j] * (n - j) >> 64`` for every j, exactly."""
+    k = raw.shape[0]
+    if n > 1 << 32:
+        return [(int(x) * (n - j)) >> 64 for j, x in enumerate(raw.tolist())]
+    # In 64-bit halves: with m <= 2**32 the sum below stays under 2**64.
+    m = np.arange(n, n - k, -1, dtype=np.uint64)
+    hi, lo = raw >> np.uint64(32), raw & np.uint64(0xFFFFFFFF)
+    slots: list[int] = ((hi * m + ((lo * m) >> np.uint64(32))) >> np.uint64(32)).tolist()
+    return slots
+
+
+def shuffle_sources(n: int, raw: Any, src: np.ndarray, dst: np.ndarray, dsrc: np.ndarray) -> int:
+    """See ``_core.c`` ``py_shuffle_sources``."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        if len(memoryview(raw).cast("B")) % 8:
+            raise ValueError("shuffle_sources: inconsistent argument sizes")
+        draws = np.frombuffer(raw, dtype=np.uint64)
+    else:
+        draws = np.asarray(raw, dtype=np.uint64)
+    k = int(draws.size)
+    if n < 0 or k > n or len(src) < k or len(dst) < k or len(dsrc) < k:
+        raise ValueError("shuffle_sources: inconsistent argument sizes")
+    s, d, ds = shuffle_moves(n, draws)
+    m = len(d)
+    # (np.array of a list first: a slice assignment converts item by item.)
+    src[:k] = np.array(s, dtype=np.int64)
+    dst[:m] = np.array(d, dtype=np.int64)
+    dsrc[:m] = np.array(ds, dtype=np.int64)
+    return m
+
+
+def _rows(buf: Any) -> np.ndarray:
+    """The bytes of a writable C-contiguous buffer (the errors NumPy's buffer export gives C)."""
+    view = np.frombuffer(buf, dtype=np.uint8)  # ValueError: not C-contiguous
+    if not view.flags.writeable:
+        raise ValueError("buffer source array is read-only")
+    return view
+
+
+def shuffle_take(n: int, raw: Any, cols: tuple[Any, ...], outs: tuple[Any, ...], done: Any = None) -> None:
+    """See ``_core.c`` ``py_shuffle_take`` (here: the moves of
+    :func:`shuffle_moves`, then one gather and one scatter per column)."""
+    flag = None if done is None else _rows(done)
+    if flag is not None and len(flag) < 1:
+        raise ValueError("shuffle_take: done must hold at least one byte")
+    if not isinstance(cols, tuple) or not isinstance(outs, tuple) or len(cols) != len(outs):
+        raise TypeError("shuffle_take: cols and outs must be tuples of the same length")
+    draws = np.asarray(raw)
+    if draws.dtype != np.uint64:
+        raise ValueError("shuffle_take: raw must hold uint64 draws")
+    k = int(draws.size)
+    if n < 0 or k > n:
+        raise ValueError(f"shuffle_take: {k} draws from {n} rows")
+    views = []
+    for i, (c, o) in enumerate(zip(cols, outs)):
+        cv, ov = _rows(c), _rows(o)
+        if k > 0:
+            rb = len(ov) // k
+            if len(ov) % k or (rb > 0 and len(cv) // rb < n):
+                raise ValueError(
+                    f"shuffle_take: column {i}: {len(cv)} bytes of column and {len(ov)} of out do not hold "
+                    f"{n} and {k} rows"
+                )
+            views.append((cv, ov, rb))
+    if k > 0:
+        src, dst, dsrc = shuffle_moves(n, draws)
+        for cv, ov, rb in views:
+            if rb == 0:
+                continue
+            rows = cv[: n * rb].reshape(n, rb)
+            ov.reshape(k, rb)[:] = rows[src]
+            rows[dst] = rows[dsrc]
+    if flag is not None:
+        flag[0] = 1

@@ -302,15 +302,26 @@ def test_interrupted_take_grad_leaves_no_waiter() -> None:
     assert acc.num_accumulated() == 1 and acc.global_step() == 0
 
 
-def _interrupt_consumers(interruptions: int, max_s: float, seed: int) -> tuple[int, int, int, int]:
-    """Two producers fill a shared FIFOQueue; two consumers dequeue from it
+def _interrupt_consumers(
+    interruptions: int, max_s: float, seed: int, kind: str = "fifo", strings: bool = False,
+) -> tuple[int, int, int, int]:
+    """Two producers fill a shared FIFOQueue (``kind="shuffle"``: a
+    RandomShuffleQueue, min_after_dequeue 0; ``strings``: with a string
+    column too); two consumers dequeue from it
     with every take call (dequeue, dequeue_many, dequeue_up_to,
     dequeue_available) while the main thread raises KeyboardInterrupt in
     them with ``PyThreadState_SetAsyncExc`` (the Ctrl-C path), one at a
     time, at random points (issue 24), ``interruptions`` times or for
-    ``max_s`` seconds. Returns (interruptions, enqueued, received, left in
-    the queue)."""
-    q = FIFOQueue(256, [np.int64, np.float32], shapes=[[], [2]])
+    ``max_s`` seconds. Every element id received is checked to be unique
+    and one that was enqueued, and the rows' columns to stay aligned.
+    Returns (interruptions, enqueued, received, left in the queue)."""
+    dtypes: list[Any] = [np.int64, np.float32] + ([str] if strings else [])
+    shapes: list[Any] = [[], [2]] + ([[]] if strings else [])
+    q: Any
+    if kind == "shuffle":
+        q = RandomShuffleQueue(256, 0, dtypes, shapes=shapes, seed=seed)
+    else:
+        q = FIFOQueue(256, dtypes, shapes=shapes)
     n_prod, n_cons = 2, 2
     stop = threading.Event()
     produced = [0] * n_prod
@@ -330,8 +341,11 @@ def _interrupt_consumers(interruptions: int, max_s: float, seed: int) -> tuple[i
             while not stop.is_set():
                 k = int(rng.integers(1, 33))
                 ids = np.arange(nxt, nxt + k, dtype=np.int64)
+                cols: list[Any] = [ids, np.stack([ids, -ids], axis=1).astype(np.float32)]
+                if strings:
+                    cols.append([str(i) for i in ids.tolist()])
                 try:
-                    q.enqueue_many([ids, np.zeros((k, 2), np.float32)], timeout=0.05)
+                    q.enqueue_many(cols, timeout=0.05)
                     done = k
                 except DeadlineExceededError as exc:
                     done = exc.num_enqueued  # type: ignore[attr-defined]
@@ -419,6 +433,18 @@ def _interrupt_consumers(interruptions: int, max_s: float, seed: int) -> tuple[i
     assert not [t.name for t in prods + conss if t.is_alive()]
     assert not errors, errors
     received = sum(int(np.asarray(got[0]).size) for box in boxes for got in box)
+    ids = [np.atleast_1d(np.asarray(got[0])) for box in boxes for got in box]
+    got_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    assert np.unique(got_ids).size == got_ids.size  # none handed out twice
+    want = np.concatenate([np.arange(p << 40, (p << 40) + produced[p]) for p in range(n_prod)])
+    assert set(got_ids.tolist()) <= set(want.tolist())
+    for box in boxes:
+        for got in box:
+            i = np.atleast_1d(np.asarray(got[0]))
+            vec = np.asarray(got[1]).reshape(-1, 2)
+            assert np.array_equal(vec[:, 0], i.astype(np.float32)), "columns out of step"
+            if strings:
+                assert [int(x) for x in np.atleast_1d(np.asarray(got[2], dtype=object))] == i.tolist()
     s = q.statistics()
     assert s.enqueued == sum(produced)
     assert s.dequeued == received  # what the queue handed out, the consumers hold
@@ -434,11 +460,24 @@ def test_interrupted_consumers_of_a_shared_queue_lose_nothing() -> None:
     assert (enqueued - received - left, left) == (0, 0)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("strings", [False, True], ids=["numeric", "with-strings"])
+def test_interrupted_consumers_of_a_random_shuffle_queue_lose_nothing(strings: bool) -> None:
+    """The shuffle queue's takes change the storage in steps (object columns,
+    one native call, dropping references); an asynchronous exception between
+    any two leaves it whole: nothing lost, nothing handed out twice."""
+    hits, enqueued, received, left = _interrupt_consumers(500, 20.0, seed=2, kind="shuffle", strings=strings)
+    assert hits > 20
+    assert (enqueued - received - left, left) == (0, 0)
+
+
 @pytest.mark.stress
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_interrupted_consumers_of_a_shared_queue_lose_nothing_long(seed: int) -> None:
-    hits, enqueued, received, left = _interrupt_consumers(20_000, 240.0, seed)
+@pytest.mark.parametrize(("kind", "strings"), [("fifo", False), ("shuffle", False), ("shuffle", True)],
+                         ids=["fifo", "shuffle", "shuffle-with-strings"])
+def test_interrupted_consumers_of_a_shared_queue_lose_nothing_long(seed: int, kind: str, strings: bool) -> None:
+    hits, enqueued, received, left = _interrupt_consumers(20_000, 240.0, seed, kind, strings)
     assert hits > 1000
     assert (enqueued - received - left, left) == (0, 0)
 

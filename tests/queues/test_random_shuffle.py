@@ -126,3 +126,137 @@ def test_cancel_wakes_blocked_consumer() -> None:
     wait_blocked(q, consumers=1)
     q.cancel()
     assert isinstance(bg.exception(), CancelledError)
+
+
+def _mixed_run(seed: int, calls: list[int]) -> list[int]:
+    """Elements 0..199 in; then ``calls`` (k: dequeue_many(k), 0: dequeue())."""
+    q = RandomShuffleQueue(-1, 0, np.int64, shapes=[[]], seed=seed)
+    q.enqueue_many([np.arange(200)])
+    out: list[int] = []
+    for k in calls:
+        if k == 0:
+            out.append(int(q.dequeue()))
+        else:
+            out += q.dequeue_many(k).tolist()
+    return out
+
+
+def test_q33_dequeue_is_dequeue_many_of_one() -> None:
+    """One draw rule for both (docs/queue-api.md): k dequeues give what one
+    dequeue_many(k) gives, so mixes of the two stay reproducible (X12)."""
+    singles = _mixed_run(7, [0] * 150)
+    assert _mixed_run(7, [150]) == singles
+    assert _mixed_run(7, [3, 0, 0, 40, 0, 100, 4]) == singles
+    assert sorted(_mixed_run(7, [200])) == list(range(200))
+
+
+def test_q33_draws_do_not_depend_on_how_producers_split_blocks() -> None:
+    def run(blocks: list[int]) -> list[int]:
+        q = RandomShuffleQueue(-1, 0, [np.int64, str], shapes=[[], []], seed=3)
+        start = 0
+        for b in blocks:
+            q.enqueue_many([np.arange(start, start + b), [str(i) for i in range(start, start + b)]])
+            start += b
+        ids, names = q.dequeue_many(start)
+        assert [int(x) for x in names] == ids.tolist()
+        return list(ids.tolist())
+
+    assert run([1024]) == run([1, 1023]) == run([100] * 10 + [24])
+
+
+def _chi_square_bound(df: int, z: float = 5.0) -> float:
+    """The chi-square quantile ~z sigma above the mean (Wilson-Hilferty)."""
+    return float(df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3)
+
+
+def test_q31_each_position_of_a_dequeue_many_is_uniform() -> None:
+    """Chi-square over (element, position in the batch) of dequeue_many(10)
+    from 40 stored: every cell should see 1/40 of the batches."""
+    n, k, trials = 40, 10, 4000
+    counts = np.zeros((n, k), dtype=np.int64)
+    q = RandomShuffleQueue(-1, 0, np.int64, shapes=[[]], seed=11)
+    for _ in range(trials):
+        q.enqueue_many([np.arange(n)])
+        counts[q.dequeue_many(k), np.arange(k)] += 1
+        q.dequeue_many(n - k)
+    expected = trials / n
+    stat = float(((counts - expected) ** 2 / expected).sum())
+    assert stat < _chi_square_bound(n * k - k), stat
+    # And it can fail: the same statistic for a rule that favours low slots.
+    biased = counts.copy()
+    biased[: n // 2] += 25
+    assert float(((biased - expected) ** 2 / expected).sum()) > _chi_square_bound(n * k - k)
+
+
+def test_q31_draws_are_uniform_after_rows_moved() -> None:
+    """The rows kept are reordered by the moves; later draws stay uniform
+    over them (the count each element comes out first, over many runs)."""
+    n, trials = 30, 3000
+    first = np.zeros(n, dtype=np.int64)
+    q = RandomShuffleQueue(-1, 0, np.int64, shapes=[[]], seed=5)
+    for _ in range(trials):
+        q.enqueue_many([np.arange(n)])
+        q.dequeue_many(7)
+        rest = q.dequeue_many(n - 7)
+        first[rest[0]] += 1
+    # Each element is among the 23 kept with probability 23/30, then first with 1/23.
+    expected = trials / n
+    stat = float(((first - expected) ** 2 / expected).sum())
+    assert stat < _chi_square_bound(n - 1), (stat, first)
+
+
+def test_strided_out_buffers_get_the_same_rows() -> None:
+    def take(out: bool) -> list[np.ndarray]:
+        q = RandomShuffleQueue(-1, 0, [np.float32, np.int64], shapes=[[3], []], seed=2)
+        q.enqueue_many([np.arange(150, dtype=np.float32).reshape(50, 3), np.arange(50)])
+        if not out:
+            return list(q.dequeue_many(20))
+        a = np.zeros((20, 6), np.float32)[:, ::2]  # strided rows
+        b = np.zeros(40, np.int64)[::2]
+        q.dequeue_many(20, out=[a, b])
+        return [a, b]
+
+    plain, strided = take(False), take(True)
+    assert all(np.array_equal(p, s) for p, s in zip(plain, strided))
+    assert np.array_equal(strided[0][:, 0], 3 * strided[1])
+
+
+_ORDER_SCRIPT = """
+import json, numpy as np
+from feedq.queues import RandomShuffleQueue
+import feedq._native as nat
+q = RandomShuffleQueue(-1, 5, [np.int64, str, np.float32, str], shapes=[[], [], [2], [2]], seed=4)
+for start in range(0, 300, 37):
+    ids = np.arange(start, min(start + 37, 300))
+    q.enqueue_many([ids, [str(i) for i in ids], np.stack([ids, ids], 1).astype(np.float32),
+                    [[str(i), "x"] for i in ids]])
+out = [int(q.dequeue()[0]) for _ in range(9)]
+for k in (1, 50, 3, 120):
+    got = q.dequeue_many(k)
+    assert [int(s) for s in got[1]] == got[0].tolist() and (got[2][:, 0] == got[0]).all()
+    assert [int(s) for s in got[3][:, 0]] == got[0].tolist()
+    out += got[0].tolist()
+q.close()
+out += q.dequeue_up_to(1000)[0].tolist()
+print(json.dumps([nat.CORE, out]))
+"""
+
+
+def test_the_pure_python_core_draws_the_same_order() -> None:
+    """The queue under FEEDQ_PURE_PYTHON=1 (object moves for every column)
+    hands out exactly what it does on the native core (one kernel call)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    runs = []
+    for pure in ("0", "1"):
+        env = dict(os.environ, FEEDQ_PURE_PYTHON=pure, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        done = subprocess.run([sys.executable, "-c", _ORDER_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=60, check=True)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[1][0] == "python"
+    assert runs[0][1] == runs[1][1]
+    assert sorted(runs[0][1]) == list(range(300))
