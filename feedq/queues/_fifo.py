@@ -4,6 +4,7 @@ model the other kinds follow (see :mod:`feedq.queues._engine`)."""
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Any
 
@@ -15,6 +16,18 @@ from feedq.queues._refs import clear_ring
 from feedq.queues._spec import STRING
 
 __all__ = ["FIFOQueue"]
+
+#: A batch of at least this many rows that arrives while no row is stored
+#: in the ring is kept as a block (see FIFOQueue, "Blocks by reference").
+_BLOCK_MIN_ROWS = 16  # (FIFOQueue._block_min_rows)
+
+
+class OwnedColumns(list):  # type: ignore[type-arg]
+    """Columns whose arrays the caller hands over (it will not touch them
+    again): a FIFOQueue may keep them as a block without copying them, and
+    hand them out again as a dequeue's result. Internal (the batchers)."""
+
+    __slots__ = ()
 
 # Module constants: an Enum member lookup costs ~0.1 us on the hot paths.
 _OPEN = QueueState.OPEN
@@ -35,6 +48,18 @@ class FIFOQueue(QueueBase):
     this class only provides the storage hooks
     (``tests/queues/test_fifo_hooks.py`` compares them with the simplest
     hooks there are).
+
+    Blocks by reference (issue 22). A queue of dense numeric components
+    keeps a batch of ``_block_min_rows`` (16) or more rows that arrives while
+    the ring holds no row (and no copy is in flight) as a *block*: its
+    columns, copied once (or not at all, for :class:`OwnedColumns`), in a
+    line of blocks after the ring's rows; later batches join the line. A
+    dequeue takes from the line's front: one whole block is handed out as
+    it is, a part of a block as a view of it (the rows handed out are the
+    caller's alone), and only a batch that crosses a block edge is copied.
+    A call that needs the ring (one element in, a put-back, a copy outside
+    the lock) first copies the line into the ring, in order. While the
+    line is not empty the ring holds no row, so the order is the line's.
 
     Example::
 
@@ -57,6 +82,7 @@ class FIFOQueue(QueueBase):
     _kind = "FIFOQueue"
     _default_name = "fifo_queue"
     _unlocked_copy_bytes = 1 << 20
+    _block_min_rows = _BLOCK_MIN_ROWS
     _head: int  # guarded by self._mutex: ring index of the oldest stored element
 
     def __init__(
@@ -85,6 +111,10 @@ class FIFOQueue(QueueBase):
         self._dense_idx = [i for i, c in enumerate(self._components) if c.dense and c.dtype is not STRING]
         self._obj_idx = [i for i, c in enumerate(self._components) if not (c.dense and c.dtype is not STRING)]
         self._has_refs = bool(self._obj_idx)
+        # The line of blocks (see the class docstring), and its rows.
+        self._blocks_ok = not self._obj_idx and not self._partial_shapes
+        self._blocks: deque[list[np.ndarray[Any, Any]]] = deque()
+        self._bn = 0
 
     def _grow(self, alloc: int) -> None:
         # Also a fresh layout at the same size: the stored rows and the slots
@@ -92,10 +122,20 @@ class FIFOQueue(QueueBase):
         # still being copied out stay with the old columns, which the claims
         # keep (they are no longer counted busy here).
         new = [self._new_column(c, alloc) for c in self._components]
-        live = self._engine.size + self._engine.in_busy
+        live = self._engine.size - self._bn + self._engine.in_busy
         if live:
             for dst, src in zip(new, self._cols):
                 self._ring_read(src, self._head, live, dst)
+        if self._blocks:  # the line of blocks follows the ring's rows, in order
+            pos = live
+            for block in self._blocks:
+                m = block[0].shape[0]
+                for dst, src in zip(new, block):
+                    dst[pos : pos + m] = src
+                pos += m
+            empty: deque[list[np.ndarray[Any, Any]]] = deque()
+            self._bn = 0  # no call between these two
+            self._blocks = empty
         if self._resv is not None:
             self._resv.pos = self._engine.size  # its commit copies the rows again
         for claim in self._claims:
@@ -109,7 +149,44 @@ class FIFOQueue(QueueBase):
     def _ensure_alloc(self, needed: int) -> None:
         super()._ensure_alloc(needed + self._engine.in_busy)
 
+    def _as_block(self, k: int) -> bool:
+        """Whether a put of ``k`` rows now joins the line of blocks (lock held)."""
+        if self._blocks:
+            return True
+        engine = self._engine
+        return (
+            self._blocks_ok and engine.size == 0 and not engine.in_busy and not engine.out_busy
+            and self._block_min_rows <= k < self._unlocked_rows
+        )
+
+    def _materialize(self, extra: int) -> None:
+        """Copy the line of blocks into the ring, in order, with room for
+        ``extra`` more rows (lock held; the ring holds no row meanwhile)."""
+        if not self._blocks:
+            return
+        engine = self._engine
+        need = engine.size + engine.in_busy + extra
+        if need > self._alloc:
+            self._ensure_alloc(need - engine.in_busy)  # a fresh layout: _grow copies the line
+            if not self._blocks:
+                return
+        pos = self._head
+        for block in self._blocks:
+            m = block[0].shape[0]
+            self._write(pos, block, 0, m)
+            pos += m
+            if pos >= self._alloc:
+                pos -= self._alloc
+        # The rows are in the ring now; the line leaves at the end, with no
+        # call between these two statements (an interruption before them
+        # leaves the line as it was, and the ring's copies uncounted).
+        empty: deque[list[np.ndarray[Any, Any]]] = deque()
+        self._bn = 0
+        self._blocks = empty
+
     def _room_for(self, k: int) -> int:
+        if self._as_block(k):
+            return k  # a block needs no ring slot
         engine = self._engine
         room = self._alloc - engine.size - engine.in_busy - engine.out_busy
         if room >= k:
@@ -152,6 +229,17 @@ class FIFOQueue(QueueBase):
         return self._engine.size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
+        if self._as_block(k):
+            # By reference: the caller's columns are copied once (a dequeue
+            # hands the copy out), handed-over ones not at all.
+            if type(cols) is OwnedColumns:
+                block = cols if start == 0 and cols[0].shape[0] == k else [c[start : start + k] for c in cols]
+            else:
+                block = [c[start : start + k].copy() for c in cols]
+            # No call from here to the return (``+=`` on a deque is no call).
+            self._bn += k
+            self._blocks += (block,)
+            return
         alloc = self._alloc
         pos = self._head + self._engine.size
         if pos >= alloc:
@@ -182,6 +270,8 @@ class FIFOQueue(QueueBase):
         # changing and the caller holding the rows. Object references in
         # the slots are dropped afterwards by _forget (called by the take
         # path once the rows are the caller's).
+        if self._blocks:
+            return self._take_blocks(k, outs, offset)
         if self._claims:
             self._keep_busy(k)
         head, alloc = self._head, self._alloc
@@ -208,6 +298,46 @@ class FIFOQueue(QueueBase):
         self._head = end if end < alloc else end - alloc
         return []
 
+    def _take_blocks(
+        self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int,
+    ) -> list[np.ndarray[Any, Any]]:
+        """``_take`` from the line of blocks (the ring holds no row). The
+        line changes only in the last statements (no call after them)."""
+        blocks = self._blocks
+        first = blocks[0]
+        m = first[0].shape[0]
+        if outs is None and k <= m:
+            if k == m:  # one whole block: handed out as it is
+                self._bn -= k
+                del blocks[0]
+                return first
+            result = [c[:k] for c in first]  # a view: these rows are the caller's alone
+            rest = [c[k:] for c in first]
+            self._bn -= k
+            blocks[0] = rest
+            return result
+        # The batch crosses a block edge (or goes to the caller's buffers): copy.
+        if outs is None:
+            dsts = [np.empty((k, *c.shape[1:]), c.dtype) for c in first]
+            off = 0
+        else:
+            dsts, off = outs, offset
+        got = used = 0
+        while got < k:
+            block = blocks[used]
+            m = min(block[0].shape[0], k - got)
+            for dst, src in zip(dsts, block):
+                dst[off + got : off + got + m] = src[:m]
+            got += m
+            used += 1
+        left = deque(itertools.islice(blocks, used, None))
+        last = blocks[used - 1]
+        if m < last[0].shape[0]:
+            left.appendleft([c[m:] for c in last])
+        self._bn -= k
+        self._blocks = left
+        return [] if outs is not None else dsts
+
     def _forget(self, k: int) -> None:
         # The k slots before the head were just handed out.
         start = self._head - k
@@ -218,6 +348,7 @@ class FIFOQueue(QueueBase):
 
     def _putback(self, chunk: list[np.ndarray[Any, Any]]) -> None:
         k = chunk[0].shape[0]
+        self._materialize(k)
         engine = self._engine
         if engine.out_busy or self._alloc - engine.size - engine.in_busy < k:
             # The slots in front are still being copied out: lay out afresh.
@@ -226,6 +357,8 @@ class FIFOQueue(QueueBase):
         self._write(self._head, chunk, 0, k)
 
     def _put_one(self, value: Any) -> None:
+        if self._blocks:
+            self._materialize(1)
         pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
@@ -236,6 +369,8 @@ class FIFOQueue(QueueBase):
             buf[pos] = v
 
     def _take_one(self) -> Any:
+        if self._blocks:
+            return self._take_one_block()
         if self._claims:
             self._keep_busy(1)
         pos = self._head
@@ -251,9 +386,30 @@ class FIFOQueue(QueueBase):
         self._head = pos + 1 if pos + 1 < self._alloc else 0
         return row
 
+    def _take_one_block(self) -> Any:
+        """``_take_one`` from the line of blocks (the ring holds no row)."""
+        blocks = self._blocks
+        first = blocks[0]
+        if self._one_comp:
+            v = first[0][0]
+            if self._row_copy:
+                v = v.copy()
+        else:
+            v = [c[0].copy() if kind & 1 else c[0] for c, kind in zip(first, self._row_kinds)]
+        if first[0].shape[0] == 1:
+            self._bn -= 1
+            del blocks[0]
+            return v
+        rest = [c[1:] for c in first]
+        self._bn -= 1
+        blocks[0] = rest
+        return v
+
     # -- copies outside the lock (reserve -> copy -> commit) -------------------------
 
     def _reserve(self, cols: list[np.ndarray[Any, Any]], n: int) -> _Reservation:
+        if self._blocks:
+            self._materialize(n)
         pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
@@ -300,6 +456,8 @@ class FIFOQueue(QueueBase):
             engine.flush()
 
     def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> _Claim:
+        if self._blocks:
+            self._materialize(0)
         head, alloc = self._head, self._alloc
         claim = _Claim(head, k, self._cols, outs, offset)
         objs: dict[int, np.ndarray[Any, Any]] = {}
