@@ -15,19 +15,21 @@ from feedq.queues._queue import QueueBase
 from feedq.queues._refs import clear_ring
 from feedq.queues._spec import STRING
 
-__all__ = ["FIFOQueue"]
+__all__ = ["FIFOQueue", "OwnedColumns"]
+
+class OwnedColumns(list):  # type: ignore[type-arg]
+    """Columns (one array per component) that nobody else holds or will
+    touch: a FIFOQueue keeps them as a block without copying them, and may
+    hand them out again as a dequeue's result. Internal: for a caller that
+    built the arrays itself, passed to the put path
+    (``QueueBase._put_path``) as its columns."""
+
+    __slots__ = ()
+
 
 #: A batch of at least this many rows that arrives while no row is stored
 #: in the ring is kept as a block (see FIFOQueue, "Blocks by reference").
 _BLOCK_MIN_ROWS = 16  # (FIFOQueue._block_min_rows)
-
-
-class OwnedColumns(list):  # type: ignore[type-arg]
-    """Columns whose arrays the caller hands over (it will not touch them
-    again): a FIFOQueue may keep them as a block without copying them, and
-    hand them out again as a dequeue's result. Internal (the batchers)."""
-
-    __slots__ = ()
 
 # Module constants: an Enum member lookup costs ~0.1 us on the hot paths.
 _OPEN = QueueState.OPEN
