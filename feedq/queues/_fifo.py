@@ -158,7 +158,7 @@ class FIFOQueue(QueueBase):
         engine = self._engine
         return (
             self._blocks_ok and engine.size == 0 and not engine.in_busy and not engine.out_busy
-            and self._block_min_rows <= k < self._unlocked_rows
+            and k >= self._block_min_rows
         )
 
     def _materialize(self, extra: int) -> None:
@@ -410,8 +410,14 @@ class FIFOQueue(QueueBase):
     # -- copies outside the lock (reserve -> copy -> commit) -------------------------
 
     def _reserve(self, cols: list[np.ndarray[Any, Any]], n: int) -> _Reservation:
-        if self._blocks:
-            self._materialize(n)
+        if self._as_block(n):
+            # A block: copied outside the lock into arrays of its own, which
+            # join the line at the commit (no ring slot is written).
+            res = _Reservation(-1, n, cols, [])
+            res.as_block = True
+            self._engine.in_busy = n
+            self._resv = res
+            return res
         pos = self._head + self._engine.size
         if pos >= self._alloc:
             pos -= self._alloc
@@ -423,6 +429,9 @@ class FIFOQueue(QueueBase):
         return res
 
     def _copy_in(self, res: _Reservation) -> None:
+        if res.as_block:
+            res.dst = [src[: res.n].copy() for src in res.src]
+            return
         alloc = res.dst[0].shape[0]
         for i in self._dense_idx:
             src = res.src[i]
@@ -436,18 +445,32 @@ class FIFOQueue(QueueBase):
 
     def _commit_put(self, res: _Reservation, copied: bool) -> None:
         n = res.n
-        if copied and res.dst is not self._cols:
+        engine = self._engine
+        block = None
+        if res.as_block:
+            if copied and engine.size - self._bn:
+                # The ring holds rows now (a put-back came meanwhile): the
+                # block goes into the ring after them (the room is reserved).
+                pos = self._head + engine.size
+                if pos >= self._alloc:
+                    pos -= self._alloc
+                self._write(pos, res.dst, 0, n)
+            elif copied:
+                block = res.dst
+        elif copied and res.dst is not self._cols:
             # The storage was laid out afresh meanwhile (a put-back that
             # needed the front): copy the rows again where they are now.
             for i in self._dense_idx:
                 self._ring_write(self._cols[i], self._alloc, res.pos, res.src[i][:n])
-        if not copied:
+        if not copied and not res.as_block:
             for i in self._obj_idx:  # drop the references stored at reserve time
                 clear_ring(self._cols[i], self._alloc, res.pos, n)
-        engine = self._engine
         # Straight-line (no call) from here to the flush: published or released.
         self._resv = None
         engine.in_busy = 0
+        if block is not None:
+            self._bn += n
+            self._blocks += (block,)
         if copied:
             engine.size = size = engine.size + n
             engine.enqueued += n
@@ -459,7 +482,18 @@ class FIFOQueue(QueueBase):
 
     def _claim(self, k: int, outs: list[np.ndarray[Any, Any]] | None, offset: int) -> _Claim:
         if self._blocks:
-            self._materialize(0)
+            # From the line, under the lock: a whole block (or a part of
+            # one) without a copy; across a block edge, copied here.
+            claim = _Claim(-1, k, [], outs, offset)
+            chunk = self._take_blocks(k, outs, offset)
+            engine = self._engine
+            if outs is not None:
+                chunk = [buf[offset : offset + k] for buf in outs]
+            # No call from here to the return.
+            claim.rows = chunk
+            engine.size -= k
+            engine.dequeued += k
+            return claim
         head, alloc = self._head, self._alloc
         claim = _Claim(head, k, self._cols, outs, offset)
         objs: dict[int, np.ndarray[Any, Any]] = {}
@@ -480,6 +514,8 @@ class FIFOQueue(QueueBase):
         return claim
 
     def _copy_out(self, claim: _Claim) -> list[np.ndarray[Any, Any]]:
+        if claim.rows is not None:  # taken from the line at the claim
+            return claim.rows
         k, pos, src = claim.k, claim.pos, claim.src
         alloc = src[0].shape[0]
         end = pos + k
@@ -511,7 +547,9 @@ class FIFOQueue(QueueBase):
     def _finish_claim(self, claim: _Claim, copied: bool) -> None:
         chunk = None if copied else self._claimed_rows(claim)
         claim.done = True
-        if not claim.stale:
+        if claim.rows is not None:  # from the line: no slot was busy
+            claim.rows = None
+        elif not claim.stale:
             claims = self._claims
             while claims and claims[0].done:
                 self._engine.out_busy -= claims.popleft().k
@@ -525,6 +563,8 @@ class FIFOQueue(QueueBase):
 
     def _claimed_rows(self, claim: _Claim) -> list[np.ndarray[Any, Any]]:
         """A claim's rows as columns, read from its slots (lock held)."""
+        if claim.rows is not None:
+            return claim.rows
         chunk = []
         for i, buf in enumerate(claim.src):
             if i in claim.objs:
@@ -541,7 +581,7 @@ class FIFOQueue(QueueBase):
 class _Reservation:
     """Ring slots ``[pos, pos + n)`` being written by an enqueue_many."""
 
-    __slots__ = ("dst", "dst_pos", "n", "pos", "src")
+    __slots__ = ("as_block", "dst", "dst_pos", "n", "pos", "src")
 
     def __init__(self, pos: int, n: int, src: list[np.ndarray[Any, Any]], dst: list[np.ndarray[Any, Any]]) -> None:
         self.pos = pos  # guarded by the queue's lock: where the rows are now (a fresh layout moves them)
@@ -550,12 +590,15 @@ class _Reservation:
         # Where the copy writes (fixed: the copy does not take the lock).
         self.dst = dst
         self.dst_pos = pos
+        # A block for the line (see FIFOQueue): ``dst`` becomes its columns,
+        # copied from ``src`` outside the lock.
+        self.as_block = False
 
 
 class _Claim:
     """Ring slots ``[pos, pos + k)`` being read by a dequeue_many."""
 
-    __slots__ = ("done", "k", "objs", "offset", "outs", "pos", "src", "stale")
+    __slots__ = ("done", "k", "objs", "offset", "outs", "pos", "rows", "src", "stale")
 
     def __init__(
         self, pos: int, k: int, src: list[np.ndarray[Any, Any]],
@@ -569,3 +612,5 @@ class _Claim:
         self.objs: dict[int, np.ndarray[Any, Any]] = {}
         self.done = False  # guarded by the queue's lock
         self.stale = False  # guarded by the queue's lock: its slots were left behind by a fresh layout
+        # Rows taken from the line of blocks at the claim (no slot busy).
+        self.rows: list[np.ndarray[Any, Any]] | None = None

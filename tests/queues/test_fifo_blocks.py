@@ -134,13 +134,66 @@ def test_a_timed_out_dequeue_puts_block_rows_back_in_order() -> None:
     assert q.dequeue_many(40)[:, 0].tolist() == list(range(40))
 
 
+class SmallCopyFIFO(FIFOQueue):
+    """Batches of >= 64 bytes (4 rows of float32[4], 4 of int64[2]) are
+    copied outside the lock: as blocks when they join the line."""
+
+    _unlocked_copy_bytes = 64
+
+
+def test_a_block_reserved_before_a_put_back_is_committed_after_it() -> None:
+    # A put-back while a block is being copied in lays the line out in the
+    # ring; the block's commit then writes its rows after them (Q16, T3).
+    q = SmallCopyFIFO(-1, np.float32, shapes=[[4]])
+    q.enqueue_many(_rows(20))  # copied outside the lock, as a block
+    assert q._bn == 20
+    taken = q.dequeue_many(5)  # a claim from the line: a view
+    assert taken.base is q._blocks[0][0].base
+    with q._mutex:
+        res = q._reserve([_rows(20, 100)], 20)
+        assert res.as_block and q._engine.in_busy == 20
+        q._engine.restore([[taken]])  # the put-back: into the ring
+        assert not q._blocks
+    q._copy_in(res)
+    with q._mutex:
+        q._commit_put(res, True)
+    assert q.size() == 40 and q._engine.in_busy == 0
+    q.close()
+    assert q.dequeue_up_to(100)[:, 0].tolist() == list(range(20)) + list(range(100, 120))
+
+
+def test_an_interrupted_block_copy_releases_its_reservation() -> None:
+    q = SmallCopyFIFO(-1, np.float32, shapes=[[4]])
+    with q._mutex:
+        res = q._reserve([_rows(20)], 20)
+        q._commit_put(res, False)  # as run_reserved does when the copy raised
+    assert q.size() == 0 and q._engine.in_busy == 0 and not q._blocks
+    q.enqueue_many(_rows(20))
+    assert q.dequeue_many(20)[:, 0].tolist() == list(range(20))
+
+
+def test_an_interrupted_block_claim_puts_its_rows_back_in_front() -> None:
+    q = SmallCopyFIFO(-1, np.float32, shapes=[[4]])
+    q.enqueue_many(_rows(20))
+    q.enqueue_many(_rows(20, 20))
+    with q._mutex:
+        claim = q._claim(30, None, 0)  # across the edge: copied at the claim
+        assert q.size() == 10
+        q._finish_claim(claim, False)  # as run_claimed does when interrupted
+    assert q.size() == 40
+    assert q.dequeue_many(40)[:, 0].tolist() == list(range(40))
+
+
 @pytest.mark.timeout(120)
-def test_threaded_blocks_lose_nothing_under_timeouts_and_tokens() -> None:
+@pytest.mark.parametrize("cls", [FIFOQueue, SmallCopyFIFO])
+def test_threaded_blocks_lose_nothing_under_timeouts_and_tokens(cls: Any) -> None:
     # 1 producer, 1 consumer, random block and batch sizes, short timeouts
     # and fired tokens on both sides: every row comes out exactly once and
     # in order, or is still queued (Q15: num_enqueued rows went in).
+    # SmallCopyFIFO: most batches are copied outside the lock (blocks
+    # reserved and committed, claims from the line).
     rng = np.random.default_rng(5)
-    q = FIFOQueue(200, np.int64, shapes=[[2]])
+    q = cls(200, np.int64, shapes=[[2]])
     total = 20_000
     sent: list[int] = []
     got: list[np.ndarray[Any, Any]] = []
