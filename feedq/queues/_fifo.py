@@ -231,11 +231,14 @@ class FIFOQueue(QueueBase):
         return self._engine.size
 
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
-        if self._as_block(k):
+        if self._blocks or (self._blocks_ok and k >= self._block_min_rows and self._as_block(k)):
             # By reference: the caller's columns are copied once (a dequeue
             # hands the copy out), handed-over ones not at all.
+            whole = start == 0 and cols[0].shape[0] == k
             if type(cols) is OwnedColumns:
-                block = cols if start == 0 and cols[0].shape[0] == k else [c[start : start + k] for c in cols]
+                block = cols if whole else [c[start : start + k] for c in cols]
+            elif self._one_comp:
+                block = [cols[0].copy() if whole else cols[0][start : start + k].copy()]
             else:
                 block = [c[start : start + k].copy() for c in cols]
             # No call from here to the return (``+=`` on a deque is no call).
@@ -272,7 +275,13 @@ class FIFOQueue(QueueBase):
         # changing and the caller holding the rows. Object references in
         # the slots are dropped afterwards by _forget (called by the take
         # path once the rows are the caller's).
-        if self._blocks:
+        blocks = self._blocks
+        if blocks:
+            first = blocks[0]
+            if outs is None and first[0].shape[0] == k:  # one whole block: handed out as it is
+                self._bn -= k
+                del blocks[0]
+                return first
             return self._take_blocks(k, outs, offset)
         if self._claims:
             self._keep_busy(k)
