@@ -161,6 +161,9 @@ class FIFOQueue(QueueBase):
             and k >= self._block_min_rows
         )
 
+    def _blocks_next(self) -> bool:
+        return self._blocks_ok and (self._bn > 0 or self._engine.size == 0)
+
     def _materialize(self, extra: int) -> None:
         """Copy the line of blocks into the ring, in order, with room for
         ``extra`` more rows (lock held; the ring holds no row meanwhile)."""

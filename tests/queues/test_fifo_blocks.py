@@ -123,6 +123,19 @@ def test_a_waiting_dequeue_collects_across_blocks() -> None:
     assert q.dequeue_many(50, timeout=10)[:, 0].tolist() == list(range(50, 100))
 
 
+def test_a_waiting_dequeue_many_gets_a_whole_block_without_a_copy() -> None:
+    q = FIFOQueue(1024, np.float32, shapes=[[4]])
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(q.dequeue_many(256, timeout=10)))
+    t.start()
+    while not q.statistics().waiting_consumers:
+        t.join(0.001)
+    a = _rows(256)
+    q._put_path(OwnedColumns([a]), 256, None, None, False)
+    t.join(10)
+    assert out[0] is a
+
+
 def test_a_timed_out_dequeue_puts_block_rows_back_in_order() -> None:
     # T3: what a timed-out dequeue collected from the line goes back in front.
     q = FIFOQueue(64, np.float32, shapes=[[4]])
