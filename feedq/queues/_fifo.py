@@ -17,6 +17,7 @@ from feedq.queues._spec import STRING
 
 __all__ = ["FIFOQueue", "OwnedColumns"]
 
+
 class OwnedColumns(list):  # type: ignore[type-arg]
     """Columns (one array per component) that nobody else holds or will
     touch: a FIFOQueue keeps them as a block without copying them, and may
@@ -59,9 +60,12 @@ class FIFOQueue(QueueBase):
     dequeue takes from the line's front: one whole block is handed out as
     it is, a part of a block as a view of it (the rows handed out are the
     caller's alone), and only a batch that crosses a block edge is copied.
-    A call that needs the ring (one element in, a put-back, a copy outside
-    the lock) first copies the line into the ring, in order. While the
-    line is not empty the ring holds no row, so the order is the line's.
+    A batch of 1 MiB or more is copied into its block with the lock
+    released (the reservation holds no ring slot), and a dequeue that large
+    takes its rows from the line at its claim. A call that needs the ring
+    (one element in, a put-back) first copies the line into the ring, in
+    order. While the line is not empty the ring holds no row, so the order
+    is the line's.
 
     Example::
 
@@ -173,8 +177,12 @@ class FIFOQueue(QueueBase):
         need = engine.size + engine.in_busy + extra
         if need > self._alloc:
             self._ensure_alloc(need - engine.in_busy)  # a fresh layout: _grow copies the line
-            if not self._blocks:
-                return
+        if self._blocks and engine.out_busy:
+            # Slots before the head are still being copied out (a claim
+            # older than the line): lay out afresh rather than write over them.
+            self._grow(self._alloc)
+        if not self._blocks:
+            return
         pos = self._head
         for block in self._blocks:
             m = block[0].shape[0]
@@ -497,12 +505,11 @@ class FIFOQueue(QueueBase):
             # From the line, under the lock: a whole block (or a part of
             # one) without a copy; across a block edge, copied here.
             claim = _Claim(-1, k, [], outs, offset)
-            chunk = self._take_blocks(k, outs, offset)
+            views = None if outs is None else [buf[offset : offset + k] for buf in outs]
             engine = self._engine
-            if outs is not None:
-                chunk = [buf[offset : offset + k] for buf in outs]
+            chunk = self._take_blocks(k, outs, offset)
             # No call from here to the return.
-            claim.rows = chunk
+            claim.rows = chunk if views is None else views
             engine.size -= k
             engine.dequeued += k
             return claim

@@ -175,6 +175,31 @@ def test_a_block_reserved_before_a_put_back_is_committed_after_it() -> None:
     assert q.dequeue_up_to(100)[:, 0].tolist() == list(range(20)) + list(range(100, 120))
 
 
+def test_the_line_never_overwrites_slots_still_being_copied_out() -> None:
+    # A block committed while an older claim still copies its ring slots
+    # out; a put-back then lays the line out in the ring: not over them.
+    q = SmallCopyFIFO(-1, np.float32, shapes=[[4]])
+    assert q._alloc == 64
+    with q._mutex:
+        res = q._reserve([_rows(20, 100)], 20)  # a block: the queue is empty
+        q._engine.restore([[_rows(8)]])  # into the ring's last 8 slots
+        claim = q._claim(8, None, 0)  # from the ring: slots busy until finished
+        assert q._engine.out_busy == 8
+    q._copy_in(res)
+    with q._mutex:
+        q._commit_put(res, True)  # the ring holds no row: the block joins the line
+        assert q._bn == 20
+    q.enqueue_many(_rows(40, 200))  # the line: 60 rows, more than the free slots
+    with q._mutex:
+        q._engine.restore([[_rows(2, 50)]])
+    rows = q._copy_out(claim)
+    with q._mutex:
+        q._finish_claim(claim, True)
+    assert rows[0][:, 0].tolist() == list(range(8))
+    q.close()
+    assert q.dequeue_up_to(100)[:, 0].tolist() == [50, 51] + list(range(100, 120)) + list(range(200, 240))
+
+
 def test_an_interrupted_block_copy_releases_its_reservation() -> None:
     q = SmallCopyFIFO(-1, np.float32, shapes=[[4]])
     with q._mutex:
