@@ -708,10 +708,12 @@ class QueueBase(metaclass=SharedByName):
                     if outs is None and self._all_dense:
                         return chunk[0] if self._single else pack_values(chunk, self._names)
                     return self._batch([chunk], k, outs, padded)
-                if outs is None and mode == _MANY and self._all_dense:
+                if outs is None and mode == _MANY and self._all_dense and not self._blocks_next():
                     # A dequeue_many that must wait collects its n rows straight
                     # into the arrays it returns, however many pieces they come
                     # in (else each piece is copied out, then concatenated).
+                    # Not when the rows will likely come as blocks (FIFOQueue):
+                    # one whole block is then handed out without a copy.
                     outs = [np.empty((n, *(c.shape or ())), c.dtype) for c in self._components]
             att = _Dequeue(n, mode >= _UP_TO, _TAKE_OPS[mode], outs, mode == _AVAILABLE, cancel)
             engine.run_dequeue(att, timeout)
@@ -908,6 +910,12 @@ class QueueBase(metaclass=SharedByName):
     def _put(self, cols: list[np.ndarray[Any, Any]], start: int, k: int) -> None:
         """Store rows ``[start, start + k)`` of ``cols`` (room is guaranteed)."""
         raise NotImplementedError
+
+    def _blocks_next(self) -> bool:
+        """Whether rows arriving now will likely be stored as blocks that a
+        dequeue can take without a copy (FIFOQueue); a guess, read without
+        the lock (it only chooses how a waiting dequeue_many collects)."""
+        return False
 
     def _put_one(self, value: Any) -> None:
         """Store one element: its converted value for a queue of one
