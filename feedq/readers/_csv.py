@@ -371,6 +371,68 @@ def _quote_guard(delim: bytes) -> re.Pattern[bytes]:
     return pat
 
 
+_OPTIONS: dict[tuple[Any, ...], tuple[list[str], Any, Any, Any]] = {}
+
+
+def _arrow_options(
+    cols: list[_Column],
+    delim: bytes,
+    quote: bool,
+    na: bytes,
+    select: Sequence[int] | None,
+    threads: bool,
+) -> tuple[list[str], Any, Any, Any]:
+    """The column names and pyarrow's read, parse and convert options for
+    these columns, made once per setting (making them took ~100 us a call,
+    as much as pyarrow's own setup; pyarrow copies them, so they are shared
+    read-only)."""
+    key = (tuple(c.dtype for c in cols), delim, quote, na,
+           None if select is None else tuple(select), threads)
+    hit = _OPTIONS.get(key)
+    if hit is not None:
+        return hit
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    want = list(select) if select is not None else list(range(len(cols)))
+    names = [f"f{c}" for c in want]
+    arrow_type = {
+        np.dtype(np.int32): pa.int32(),
+        np.dtype(np.int64): pa.int64(),
+        np.dtype(np.float32): pa.float32(),
+        np.dtype(np.float64): pa.float64(),
+        _STRING: pa.binary(),
+    }
+    types = {name: arrow_type[col.dtype] for name, col in zip(names, cols)}
+    nulls = [""] if not na or na == b"" else ["", na.decode("latin-1")]
+    made = (
+        names,
+        pcsv.ReadOptions(autogenerate_column_names=True, use_threads=threads),
+        pcsv.ParseOptions(
+            delimiter=delim.decode("latin-1"),
+            quote_char='"' if quote else False,
+            double_quote=True,
+            escape_char=False,
+            newlines_in_values=False,
+            ignore_empty_lines=False,
+        ),
+        pcsv.ConvertOptions(
+            column_types=types,
+            include_columns=names,
+            null_values=nulls,
+            true_values=[],
+            false_values=[],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            check_utf8=False,
+        ),
+    )
+    if len(_OPTIONS) >= _SPECS_MAX:
+        _OPTIONS.clear()
+    _OPTIONS[key] = made
+    return made
+
+
 def _arrow_block(
     data: bytes,
     start: int,
@@ -421,45 +483,15 @@ def _arrow_block(
                 return None
         except InvalidArgumentError:
             return None
-    want = list(select) if select is not None else list(range(len(cols)))
-    names = [f"f{c}" for c in want]
-    types = {}
-    for name, col in zip(names, cols):
-        types[name] = (
-            pa.binary()
-            if col.dtype == _STRING
-            else {
-                "int32": pa.int32(),
-                "int64": pa.int64(),
-                "float32": pa.float32(),
-                "float64": pa.float64(),
-            }[col.dtype.name]
-        )
-    nulls = [""] if not na or na == b"" else ["", na.decode("latin-1")]
+    names, read_options, parse_options, convert_options = _arrow_options(
+        cols, delim, quote, na, select, _pool_helps()
+    )
     try:
         table = pcsv.read_csv(
             pa.BufferReader(pa.py_buffer(memoryview(data)[start:end])),
-            read_options=pcsv.ReadOptions(
-                autogenerate_column_names=True, use_threads=_pool_helps()
-            ),
-            parse_options=pcsv.ParseOptions(
-                delimiter=delim.decode("latin-1"),
-                quote_char='"' if quote else False,
-                double_quote=True,
-                escape_char=False,
-                newlines_in_values=False,
-                ignore_empty_lines=False,
-            ),
-            convert_options=pcsv.ConvertOptions(
-                column_types=types,
-                include_columns=names,
-                null_values=nulls,
-                true_values=[],
-                false_values=[],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-                check_utf8=False,
-            ),
+            read_options=read_options,
+            parse_options=parse_options,
+            convert_options=convert_options,
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, ValueError):
         return None

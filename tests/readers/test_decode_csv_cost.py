@@ -169,3 +169,43 @@ def test_concurrent_decodes_equal_sequential(tmp_path: Path) -> None:
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors
     assert csv_mod._decoding.count == 0
+
+
+def test_cached_options_follow_every_setting() -> None:
+    # The pyarrow options are made once per setting: alternating settings
+    # must still give each call its own (the per-record path says what).
+    recs = [b"1;NA;3", b"4;5;NA", b"7;8;9"]
+    comma = [r.replace(b";", b",") for r in recs]
+    cases = [
+        (comma, dict(record_defaults=[[0], [0], [0]])),
+        (comma, dict(record_defaults=[[0], [-1], [-2]], na_value="NA")),
+        (recs, dict(record_defaults=[[0], [-1], [-2]], na_value="NA", field_delim=";")),
+        (recs, dict(record_defaults=[[0], [-2]], na_value="NA", field_delim=";", select_cols=[0, 2])),
+        (recs, dict(record_defaults=[[0.5], [""]], na_value="NA", field_delim=";", select_cols=[1, 2])),
+        (comma, dict(record_defaults=[[0], ["d"], ["e"]], na_value="NA")),
+        (comma, dict(record_defaults=[[0], [""], [""]])),  # "NA" is text here, not empty
+    ]
+    for _ in range(2):
+        for records, kw in cases:
+            try:
+                want: object = _per_record_kw(records, kw)
+            except InvalidArgumentError as exc:
+                want = exc.message
+            try:
+                got: object = decode_csv(records, **kw)
+            except InvalidArgumentError as exc:
+                got = exc.message
+            if isinstance(want, str):
+                assert got == want, kw
+            else:
+                assert isinstance(got, list)
+                _same(got, want)  # type: ignore[arg-type]
+
+
+def _per_record_kw(records, kw):
+    orig = csv_mod._arrow_block
+    csv_mod._arrow_block = lambda *a, **k: None
+    try:
+        return decode_csv(records, **kw)
+    finally:
+        csv_mod._arrow_block = orig
