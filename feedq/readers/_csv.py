@@ -348,7 +348,7 @@ _decoding = _InFlight()
 def _pool_helps() -> bool:
     # pyarrow's CPU pool (one thread a core) lets a lone parse use every core
     # (a block of 8192 lines: ~1.4 cores); while other threads parse too, the
-    # cores are busy already and the pool only adds hand-offs (~8 % more
+    # cores are busy already and the pool only adds hand-offs (3-8 % more
     # CPU a line). docs/design.md, "CSV decoding cost".
     import pyarrow as pa
 
