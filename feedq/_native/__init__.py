@@ -18,6 +18,8 @@ Kernels (buffers in, NumPy arrays out; nothing here imports the rest of feedq):
 * :func:`parse_examples` -- ``tf.train.Example`` records into columns;
 * :func:`pad_ragged` -- values + row splits into a dense padded array;
 * :func:`take_bytes` -- (start, end) offsets into a buffer -> bytes objects;
+* :func:`find_byte` -- the positions of one byte value in a buffer (line
+  ends: memchr, GIL released);
 * :func:`read_window` -- a file's bytes read after the unread tail of a
   buffer, straight into one new bytes object (pread, GIL released).
 * :func:`shuffle_take`, :func:`shuffle_sources` -- a RandomShuffleQueue's
@@ -93,6 +95,7 @@ __all__ = [
     "ParsedExamples",
     "TFRecordScan",
     "crc32c",
+    "find_byte",
     "masked_crc32c",
     "pad_ragged",
     "parse_examples",
@@ -135,6 +138,7 @@ scan_tfrecords = _ACTIVE.scan_tfrecords
 parse_examples = _ACTIVE.parse_examples
 pad_ragged = _ACTIVE.pad_ragged
 take_bytes = _ACTIVE.take_bytes
+find_byte = _ACTIVE.find_byte
 read_window = _ACTIVE.read_window
 shuffle_take = _ACTIVE.shuffle_take
 shuffle_sources = _ACTIVE.shuffle_sources

@@ -438,6 +438,19 @@ class Kernels:
         m = int(fn(n, draws, src, dst, dsrc))
         return src, dst[:m], dsrc[:m]
 
+    # ----------------------------------------------------------- line ends
+    def find_byte(self, buf: Any, start: int, byte: int) -> np.ndarray:
+        """The positions ``i >= start`` where ``buf[i] == byte``, ascending, as
+        a writable int64 array (TextLineReader's newline index). The C core
+        searches with ``memchr``, the GIL released.
+
+        Raises:
+            ValueError: ``start`` outside ``[0, len(buf)]`` or ``byte``
+                outside ``[0, 255]``.
+        """
+        fn = getattr(self.backend, "find_byte", None) or self.fallback.find_byte
+        return np.frombuffer(fn(_byte_view(buf), int(start), int(byte)), dtype=np.int64)
+
     # ------------------------------------------------------------- reading
     def read_window(self, fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, int]:
         """``tail`` followed by up to ``n`` bytes of file ``fd`` at ``offset``, as one

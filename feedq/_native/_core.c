@@ -1617,6 +1617,72 @@ done:
     return res;
 }
 
+/* ------------------------------------------------------------- line ends */
+
+/*
+ * find_byte(buf, start, byte) -> bytearray of int64
+ *
+ * The positions i (start <= i < len(buf)) where buf[i] == byte, ascending, as
+ * native int64s: TextLineReader's newline index. memchr over the buffer with
+ * the GIL released; ValueError for a start outside [0, len(buf)] or a byte
+ * outside [0, 255] before anything is read.
+ */
+static PyObject *
+py_find_byte(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t start;
+    int byte;
+    PyObject *out = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*ni:find_byte", &buf, &start, &byte))
+        return NULL;
+    if (start < 0 || start > buf.len) {
+        PyErr_Format(PyExc_ValueError, "find_byte: start %zd is outside the buffer of %zd bytes",
+                     start, buf.len);
+        goto done;
+    }
+    if (byte < 0 || byte > 255) {
+        PyErr_Format(PyExc_ValueError, "find_byte: byte %d is not in [0, 255]", byte);
+        goto done;
+    }
+    {
+        const char *base = (const char *)buf.buf;
+        const char *end = base + buf.len;
+        int64_t *pos = NULL;
+        size_t n = 0, cap = 0;
+        int nomem = 0;
+        Py_BEGIN_ALLOW_THREADS
+        const char *p = base + start;
+        while (p < end) {
+            const char *q = memchr(p, byte, (size_t)(end - p));
+            if (q == NULL)
+                break;
+            if (n == cap) {
+                size_t ncap = cap ? 2 * cap : 1024;
+                int64_t *np_ = realloc(pos, ncap * sizeof *pos);
+                if (np_ == NULL) {
+                    nomem = 1;
+                    break;
+                }
+                pos = np_;
+                cap = ncap;
+            }
+            pos[n++] = (int64_t)(q - base);
+            p = q + 1;
+        }
+        Py_END_ALLOW_THREADS
+        if (nomem)
+            PyErr_NoMemory();
+        else
+            out = PyByteArray_FromStringAndSize((const char *)pos, (Py_ssize_t)(n * sizeof *pos));
+        free(pos);
+    }
+done:
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 /* ------------------------------------------------------------------ reading */
@@ -1698,6 +1764,7 @@ static PyMethodDef methods[] = {
     {"take_bytes", py_take_bytes, METH_VARARGS, "buffer slices -> bytes objects (see feedq._native)."},
     {"shuffle_take", py_shuffle_take, METH_VARARGS, "shuffle draws: rows out, storage compacted (see feedq._native)."},
     {"shuffle_sources", py_shuffle_sources, METH_VARARGS, "shuffle draws as index moves (see feedq._native)."},
+    {"find_byte", py_find_byte, METH_VARARGS, "positions of one byte value (see feedq._native)."},
     READ_WINDOW_METHOD
     {NULL, NULL, 0, NULL},
 };

@@ -694,6 +694,19 @@ def take_bytes(buf: Any, offsets: Any) -> list[bytes]:
     return [bytes(mv[a:b]) for a, b in pairs.tolist()]
 
 
+def find_byte(buf: Any, start: int, byte: int) -> np.ndarray:
+    """See ``_core.c`` ``py_find_byte``: the int64 positions ``i >= start`` of ``byte``."""
+    mv = memoryview(buf).cast("B") if memoryview(buf).format != "B" else memoryview(buf)
+    if not 0 <= start <= len(mv):
+        raise ValueError(f"find_byte: start {start} is outside the buffer of {len(mv)} bytes")
+    if not 0 <= byte <= 255:
+        raise ValueError(f"find_byte: byte {byte} is not in [0, 255]")
+    u8 = np.frombuffer(mv, dtype=np.uint8)[start:]
+    out: np.ndarray = np.flatnonzero(u8 == byte).astype(np.int64, copy=False)
+    out += start
+    return out
+
+
 # ------------------------------------------------------------------------ reading
 def read_window(fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, int]:
     """See ``_core.c`` ``py_read_window``: ``tail`` + up to ``n`` bytes at ``offset``

@@ -12,10 +12,10 @@ same values or TF's error for the record at fault.
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 import re
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,6 +103,45 @@ def _column_spec(i: int, d: Any) -> _Column:
     else:
         v = dtype.type(v)
     return _Column(dtype, v)
+
+
+_SPECS: dict[tuple[Any, ...], list[_Column]] = {}
+_SPECS_MAX = 256
+
+
+def _column_specs(record_defaults: Sequence[Any]) -> list[_Column]:
+    # Building the specs costs ~8 us a column (a block of 8192 lines: ~10 ns
+    # a line; a batch of 256: ~300 ns a line), so defaults made of plain
+    # Python scalars (the common [[0], [0.0], [""], []] form) are cached by
+    # value and type; floats by their bits (-0.0 is not 0.0), finite only.
+    key: list[Any] = []
+    for d in record_defaults:
+        if type(d) not in (list, tuple) or len(d) > 1:
+            key = []
+            break
+        if not d:
+            key.append(())
+            continue
+        v = d[0]
+        t = type(v)
+        if t is float and math.isfinite(v):
+            key.append((t, v.hex()))
+        elif t in (int, str, bytes):
+            key.append((t, v))
+        else:
+            key = []
+            break
+    k = tuple(key) if key else None
+    if k is not None:
+        hit = _SPECS.get(k)
+        if hit is not None:
+            return hit
+    cols = [_column_spec(i, d) for i, d in enumerate(record_defaults)]
+    if k is not None:
+        if len(_SPECS) >= _SPECS_MAX:
+            _SPECS.clear()
+        _SPECS[k] = cols  # read only: callers never change the specs
+    return cols
 
 
 def _norm_dtype(dt: np.dtype) -> np.dtype:
@@ -287,6 +326,35 @@ def _to_array(values: list[Any], col: _Column, shape: tuple[int, ...]) -> np.nda
     return np.array(values, dtype=col.dtype).reshape(shape)
 
 
+class _InFlight:
+    """How many threads are inside a pyarrow block parse now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0  # guarded by self._lock
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_decoding = _InFlight()
+
+
+def _pool_helps() -> bool:
+    # pyarrow's CPU pool (one thread a core) lets a lone parse use every core
+    # (a block of 8192 lines: ~1.4 cores); while other threads parse too, the
+    # cores are busy already and the pool only adds hand-offs (3-8 % more
+    # CPU a line). docs/design.md, "CSV decoding cost".
+    import pyarrow as pa
+
+    return _decoding.count <= 1 and pa.cpu_count() > 1
+
+
 _QUOTE_GUARD: dict[bytes, re.Pattern[bytes]] = {}
 
 
@@ -303,8 +371,72 @@ def _quote_guard(delim: bytes) -> re.Pattern[bytes]:
     return pat
 
 
+_OPTIONS: dict[tuple[Any, ...], tuple[list[str], Any, Any, Any]] = {}
+
+
+def _arrow_options(
+    cols: list[_Column],
+    delim: bytes,
+    quote: bool,
+    na: bytes,
+    select: Sequence[int] | None,
+    threads: bool,
+) -> tuple[list[str], Any, Any, Any]:
+    """The column names and pyarrow's read, parse and convert options for
+    these columns, made once per setting (making them took ~100 us a call,
+    as much as pyarrow's own setup; pyarrow copies them, so they are shared
+    read-only)."""
+    key = (tuple(c.dtype for c in cols), delim, quote, na,
+           None if select is None else tuple(select), threads)
+    hit = _OPTIONS.get(key)
+    if hit is not None:
+        return hit
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    want = list(select) if select is not None else list(range(len(cols)))
+    names = [f"f{c}" for c in want]
+    arrow_type = {
+        np.dtype(np.int32): pa.int32(),
+        np.dtype(np.int64): pa.int64(),
+        np.dtype(np.float32): pa.float32(),
+        np.dtype(np.float64): pa.float64(),
+        _STRING: pa.binary(),
+    }
+    types = {name: arrow_type[col.dtype] for name, col in zip(names, cols)}
+    nulls = [""] if not na or na == b"" else ["", na.decode("latin-1")]
+    made = (
+        names,
+        pcsv.ReadOptions(autogenerate_column_names=True, use_threads=threads),
+        pcsv.ParseOptions(
+            delimiter=delim.decode("latin-1"),
+            quote_char='"' if quote else False,
+            double_quote=True,
+            escape_char=False,
+            newlines_in_values=False,
+            ignore_empty_lines=False,
+        ),
+        pcsv.ConvertOptions(
+            column_types=types,
+            include_columns=names,
+            null_values=nulls,
+            true_values=[],
+            false_values=[],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            check_utf8=False,
+        ),
+    )
+    if len(_OPTIONS) >= _SPECS_MAX:
+        _OPTIONS.clear()
+    _OPTIONS[key] = made
+    return made
+
+
 def _arrow_block(
-    chunk: bytes,
+    data: bytes,
+    start: int,
+    end: int,
     nrec: int,
     cols: list[_Column],
     delim: bytes,
@@ -313,8 +445,11 @@ def _arrow_block(
     select: Sequence[int] | None,
     crlf_ends_lines: bool = True,
 ) -> list[np.ndarray] | None:
-    """Parse ``nrec`` lines in one pyarrow call, or None where it could differ.
+    """Parse the ``nrec`` lines of ``data[start:end]`` in one pyarrow call,
+    or None where it could differ.
 
+    The lines are read in place: the guards search ``data`` between
+    ``start`` and ``end`` and pyarrow reads a zero-copy buffer over them.
     ``crlf_ends_lines``: the chunk is file text whose CRLF line ends are not
     part of the records (TextLineReader strips them); False for joined
     records, where any CR belongs to a record.
@@ -325,17 +460,22 @@ def _arrow_block(
 
     if delim in (b'"', b"\n", b"\r"):
         return None
-    if b"\r" in chunk and (
-        not crlf_ends_lines or chunk.count(b"\r") != chunk.count(b"\r\n")
+    if data.find(b"\r", start, end) >= 0 and (
+        not crlf_ends_lines
+        or data.count(b"\r", start, end) != data.count(b"\r\n", start, end)
     ):
         return None  # a CR inside a record ends a row for pyarrow, not for TF
-    if b'"' in chunk and quote and _quote_guard(delim).fullmatch(chunk) is None:
+    if (
+        quote
+        and data.find(b'"', start, end) >= 0
+        and _quote_guard(delim).fullmatch(data, start, end) is None
+    ):
         return None
     if select is None:
         # pyarrow takes the column count from the first line and holds every
         # line to it; TF wants exactly len(cols) fields: check that line.
-        nl = chunk.find(b"\n")
-        first = chunk if nl < 0 else chunk[:nl]
+        nl = data.find(b"\n", start, end)
+        first = data[start : end if nl < 0 else nl]
         if first.endswith(b"\r"):
             first = first[:-1]
         try:
@@ -343,43 +483,15 @@ def _arrow_block(
                 return None
         except InvalidArgumentError:
             return None
-    want = list(select) if select is not None else list(range(len(cols)))
-    names = [f"f{c}" for c in want]
-    types = {}
-    for name, col in zip(names, cols):
-        types[name] = (
-            pa.binary()
-            if col.dtype == _STRING
-            else {
-                "int32": pa.int32(),
-                "int64": pa.int64(),
-                "float32": pa.float32(),
-                "float64": pa.float64(),
-            }[col.dtype.name]
-        )
-    nulls = [""] if not na or na == b"" else ["", na.decode("latin-1")]
+    names, read_options, parse_options, convert_options = _arrow_options(
+        cols, delim, quote, na, select, _pool_helps()
+    )
     try:
         table = pcsv.read_csv(
-            io.BytesIO(chunk),
-            read_options=pcsv.ReadOptions(autogenerate_column_names=True),
-            parse_options=pcsv.ParseOptions(
-                delimiter=delim.decode("latin-1"),
-                quote_char='"' if quote else False,
-                double_quote=True,
-                escape_char=False,
-                newlines_in_values=False,
-                ignore_empty_lines=False,
-            ),
-            convert_options=pcsv.ConvertOptions(
-                column_types=types,
-                include_columns=names,
-                null_values=nulls,
-                true_values=[],
-                false_values=[],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-                check_utf8=False,
-            ),
+            pa.BufferReader(pa.py_buffer(memoryview(data)[start:end])),
+            read_options=read_options,
+            parse_options=parse_options,
+            convert_options=convert_options,
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, ValueError):
         return None
@@ -393,9 +505,29 @@ def _arrow_block(
                 return None  # the per-record path names the record
             default = col.default
             arr = pc.fill_null(arr, pa.scalar(default, type=arr.type))
-        arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-        # writable=True: callers may write into (or torch.from_numpy) the columns.
-        out.append(arr.to_numpy(zero_copy_only=False, writable=True))
+        if isinstance(arr, pa.ChunkedArray):
+            # One chunk (a block under pyarrow's 1 MiB block_size) is used as
+            # it is: combine_chunks would copy it once more.
+            arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+        out.append(_writable_column(arr, col))
+    return out
+
+
+def _writable_column(arr: Any, col: _Column) -> np.ndarray:
+    # Callers may write into (or torch.from_numpy) the columns. A number
+    # column without nulls is a view of its pyarrow buffer, which it keeps
+    # alive: the table is this call's own (pyarrow allocated it for this
+    # parse; nothing else holds it), and pyarrow marks such buffers mutable.
+    # That saves one copy per column into fresh memory (docs/design.md,
+    # "CSV decoding cost").
+    if col.dtype != _STRING and arr.null_count == 0:
+        data = arr.buffers()[1]
+        if data is not None and data.is_mutable and arr.type.bit_width == 8 * col.dtype.itemsize:
+            view: np.ndarray = np.frombuffer(
+                data, dtype=col.dtype, count=len(arr), offset=arr.offset * col.dtype.itemsize
+            )
+            return view
+    out: np.ndarray = arr.to_numpy(zero_copy_only=False, writable=True)
     return out
 
 
@@ -446,7 +578,7 @@ def decode_csv(
     delim_b = field_delim.encode() if isinstance(field_delim, str) else bytes(field_delim)
     if len(delim_b) != 1:
         raise InvalidArgumentError("field_delim should be only 1 char")
-    cols = [_column_spec(i, d) for i, d in enumerate(record_defaults)]
+    cols = _column_specs(record_defaults)
     select: list[int] | None = None
     if select_cols is not None:
         select = [int(c) for c in select_cols]
@@ -465,8 +597,11 @@ def decode_csv(
         shape: tuple[int, ...] = (len(records),)
         lengths = records.lengths
         if records.span is not None and len(records) and not np.any(lengths == 0):
-            chunk = records.data[records.span[0] : records.span[1]]
-            fast = _arrow_block(chunk, len(records), cols, delim_b, use_quote_delim, na, select)
+            s0, s1 = records.span
+            with _decoding:
+                fast = _arrow_block(
+                    records.data, s0, s1, len(records), cols, delim_b, use_quote_delim, na, select
+                )
             if fast is not None:
                 return fast
         flat = records.values().tolist()
@@ -477,9 +612,11 @@ def decode_csv(
         if len(flat) > 1 and all(flat):
             chunk = b"\n".join(flat)
             if chunk.count(b"\n") == len(flat) - 1:
-                fast = _arrow_block(
-                    chunk, len(flat), cols, delim_b, use_quote_delim, na, select, False
-                )
+                with _decoding:
+                    fast = _arrow_block(
+                        chunk, 0, len(chunk), len(flat), cols, delim_b, use_quote_delim, na,
+                        select, False,
+                    )
                 if fast is not None:
                     return [a.reshape(shape) for a in fast]
     values = _per_record(flat, cols, delim, use_quote_delim, na, select, names)

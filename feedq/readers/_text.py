@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from feedq import _native
 from feedq.errors import InvalidArgumentError
 from feedq.readers._base import DEFAULT_BLOCK_BYTES, OnError, ReaderBase
 from feedq.readers._block import RecordBlock, _empty_block
@@ -83,8 +84,7 @@ class TextLineReader(ReaderBase):
         finally:
             # Also after an interrupted wait for a pipe: fill moved the window.
             start = old_end - buf.base
-            u8 = np.frombuffer(buf.data, dtype=np.uint8)
-            new = np.flatnonzero(u8[start:] == 10).astype(np.int64) + start
+            new = _native.find_byte(buf.data, start, 10)
             self._nl = np.concatenate([keep - buf.base, new]) if len(keep) else new
             self._nl_i = 0
 
