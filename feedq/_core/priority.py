@@ -4,9 +4,14 @@ A training step that uses every core (torch's default) runs parallel regions
 whose threads wait for each other; a loader thread that the OS schedules on
 one of those cores in the middle of a region stalls the whole region, not
 just the core. Running loader threads at a lower priority (a higher Unix
-*niceness*) lets the scheduler give the cores to the model first and to the
-loader when they are idle, which they are whenever the step waits for data:
-the loader still gets all the CPU it needs when it is the limit.
+*niceness*) asks the scheduler to give the cores to the model first and to
+the loader when they are idle.
+
+It is off by default (0). Measured on a 2-core machine with torch using both
+cores, it made the step slower, not faster (docs/performance.md): a
+low-priority reader that holds the GIL or a queue's lock is descheduled
+while the training thread waits for it. It is for machines where other work
+competes with the loader, and for measuring.
 
 Linux gives every thread its own niceness (``setpriority(PRIO_PROCESS,
 tid)``); feedq raises the niceness of each runner thread it starts by
@@ -41,8 +46,8 @@ _LOG = logging.getLogger("feedq")
 
 #: Environment variable naming the default niceness step of loader threads.
 ENV_VAR = "FEEDQ_LOADER_NICENESS"
-#: The default when ``FEEDQ_LOADER_NICENESS`` is unset (see docs/performance.md
-#: for the measurements behind it).
+#: The default when ``FEEDQ_LOADER_NICENESS`` is unset: off (docs/performance.md
+#: has the measurements behind it).
 DEFAULT_NICENESS = 0
 _MAX = 19  # Unix niceness ranges over -20..19
 
