@@ -201,22 +201,48 @@ def test_token_fired_from_a_signal_handler_in_the_waiting_thread() -> None:
     q = FIFOQueue(5, np.int64, shapes=[[]])
     q.enqueue(1)
     token = CancelToken()
-    previous = signal.signal(signal.SIGUSR1, lambda *_: token.fire())
+    handled: list[int] = []
+
+    def handler(*_: object) -> None:
+        handled.append(1)
+        token.fire()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    # A library loaded by an earlier test may have left SIGUSR1 blocked in
+    # this thread; then no handler would ever run here.
+    was_blocked = signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     main = threading.get_ident()
+    done = threading.Event()
 
     def send() -> None:
         wait_blocked(q, consumers=1)
-        signal.pthread_kill(main, signal.SIGUSR1)
+        # Sent again until the wait ends: a second fire() does nothing (the
+        # first one wins), so a wake-up lost after the handler ran still
+        # fails below; only a signal that never reached the handler is helped.
+        for _ in range(20):
+            signal.pthread_kill(main, signal.SIGUSR1)
+            if done.wait(0.5):
+                return
 
     sender = threading.Thread(target=send, name="feedq-test-signal")
     sender.start()
     try:
-        with pytest.raises(CancelledError):
-            q.dequeue_many(3, cancel=token)
+        try:
+            q.dequeue_many(3, cancel=token, timeout=15)
+        except CancelledError:
+            pass
+        except DeadlineExceededError:
+            pytest.fail(f"the waiting dequeue was not cancelled (handler ran {len(handled)} times; "
+                        f"SIGUSR1 was blocked in this thread before the test: {was_blocked})")
+        else:
+            pytest.fail("dequeue_many returned")
     finally:
-        sender.join(10)
+        done.set()
+        sender.join(20)
         signal.signal(signal.SIGUSR1, previous)
-    assert q.size() == 1 and q.dequeue() == 1
+        if was_blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    assert handled and q.size() == 1 and q.dequeue() == 1
 
 
 def test_token_cancels_take_grad_and_leaves_the_accumulator_untouched() -> None:
