@@ -10,7 +10,7 @@ import pytest
 
 import feedq.readers._csv as csv_mod
 from feedq.errors import InvalidArgumentError
-from feedq.queues import FIFOQueue
+from feedq.queues import STRING, FIFOQueue
 from feedq.readers import TextLineReader, decode_csv
 
 pytestmark = pytest.mark.timeout(10)
@@ -94,6 +94,24 @@ def test_d4_invalid_numbers(field: str, type_name: str) -> None:
     default = {"int32": 0, "int64": np.int64(0), "float": 0.0, "double": np.float64(0)}[type_name]
     with pytest.raises(InvalidArgumentError, match=rf"^Field 0 in record 0 is not a valid {type_name}: "):
         decode_csv([field], [[default]])
+    # The same on the block path (several records: one pyarrow call), naming
+    # the record at fault.
+    with pytest.raises(InvalidArgumentError, match=rf"^Field 0 in record 2 is not a valid {type_name}: "):
+        decode_csv(["1", "2", field, "3"], [[default]])
+
+
+@pytest.mark.parametrize("field", ["0x10", "0X1f", "-0x2"])
+def test_d4_hex_ints_are_errors_in_a_reader_block(tmp_path: Path, field: str) -> None:
+    path = tmp_path / "hex.csv"
+    path.write_text(f"1,a\n2,b\n{field},c\n4,d\n")
+    q = FIFOQueue(-1, [STRING], shapes=[[]])
+    q.enqueue(str(path))
+    q.close()
+    with TextLineReader() as reader:
+        block = reader.read_block(q, 100)
+    with pytest.raises(InvalidArgumentError, match=rf"not a valid int32: {field}"):
+        decode_csv(block, [[0], [""]])
+    assert decode_csv(block, [[0.0], [""]])[0].shape == (4,)  # a float column may be hex (D4)
 
 
 @pytest.mark.parametrize(

@@ -142,7 +142,7 @@ def test_parses_in_flight_are_counted_and_released(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(csv_mod, "_pool_helps", spy)
     decode_csv([b"1,2", b"3,4"], [[0], [0]])
     with pytest.raises(InvalidArgumentError):
-        decode_csv([b"1,2", b"3,x"], [[0], [0]])  # pyarrow gives way; the per-record path raises
+        decode_csv([b"1,2", b"3,y"], [[0], [0]])  # pyarrow gives way; the per-record path raises
     assert seen == [1, 1] and csv_mod._decoding.count == 0
 
 
