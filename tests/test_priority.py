@@ -114,3 +114,12 @@ def test_process_stage_workers_run_below_the_parent_and_their_runners_no_further
     assert int(batches[0]["main"][0]) == want
     assert int(batches[0]["runner"][0]) == want  # inherited, not lowered twice
     assert os.getpriority(os.PRIO_PROCESS, 0) == base
+
+
+@linux_only
+def test_a_process_stage_built_in_a_pipeline_takes_the_pipelines_niceness() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    feedq.set_loader_niceness(1)
+    with feedq.Pipeline(loader_niceness=3), feedq.process_stage(builds.niceness_report, 1) as stage:
+        batches = list(stage)
+    assert int(batches[0]["main"][0]) == min(19, base + 3)

@@ -215,6 +215,10 @@ class ProcessStage:
         self._wait = 0.0
         pipe = current_pipeline()
         self._coord = None if pipe is None else pipe.coord
+        # Workers run this many niceness steps down: the current pipeline's
+        # loader_niceness, else the process-wide one (feedq._core.priority).
+        self._niceness = (loader_niceness() if pipe is None or pipe.loader_niceness is None
+                          else pipe.loader_niceness)
         self._resumable = (pipe is not None and pipe.resumable) if resumable is None else bool(
             resumable)
         self._positions = Positions(num_processes, order, self._resumable, self._channel,
@@ -240,6 +244,7 @@ class ProcessStage:
         ctx = context(self._method)
         handles = self._channel.handles
         positions = self._positions
+        niceness = self._niceness
         try:
             for i in range(self._num):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -253,7 +258,7 @@ class ProcessStage:
                     slots=self._slots, returns=returns, close_fds=close_fds,
                     start_epoch=positions.start_epoch,
                     resume=None if positions.resume is None else positions.resume[i],
-                    resumable=self._resumable, niceness=loader_niceness(),
+                    resumable=self._resumable, niceness=niceness,
                 )
                 process = ctx.Process(target=worker_main, args=(config, child_conn),
                                       name=f"feedq-process-{i}", daemon=True)
