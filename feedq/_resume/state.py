@@ -211,6 +211,10 @@ class BatcherPart:
         self._loaded = True
 
 
+#: Keys every state has (``exact`` and ``worklist`` may hold None / []).
+_REQUIRED = ("producer", "units", "skips", "worklist", "exact")
+
+
 def check_state(
     state: Any, batcher: dict[str, Any] | None, producer: dict[str, Any] | None,
     files: FileList | None = None,
@@ -228,6 +232,11 @@ def check_state(
     if not isinstance(saved, dict) or not all(isinstance(saved.get(k), dict) for k in ("batcher", "producer")):
         raise InvalidArgumentError("not a feedq pipeline state: its fingerprint is missing or malformed")
     check_digest(state.get("inputs_digest"))
+    missing = [k for k in _REQUIRED if k not in state]
+    if missing:
+        raise InvalidArgumentError(f"not a feedq pipeline state: it has no {', '.join(map(repr, missing))}")
+    if not isinstance(state["producer"], dict) or not isinstance(state["skips"], dict):
+        raise InvalidArgumentError("not a feedq pipeline state: its producer or skips are not dicts")
     diffs: list[str] = []
     if batcher is not None:
         diffs += _diff("batcher", saved["batcher"], batcher, ())

@@ -248,6 +248,10 @@ def test_a_damaged_digest_is_refused_by_name_never_a_key_error(
     no_fingerprint = {k: v for k, v in state.items() if k != "fingerprint"}
     with pytest.raises(InvalidArgumentError, match="fingerprint is missing or malformed"):
         rs.run_to(build, no_fingerprint, 1)
+    for key in ("producer", "units", "skips", "worklist", "exact"):
+        without = {k: v for k, v in state.items() if k != key}
+        with pytest.raises(InvalidArgumentError, match=f"not a feedq pipeline state: it has no '{key}'"):
+            rs.run_to(build, without, 1)
 
 
 def _rank(paths: list[str], state: dict[str, Any] | None, stop: int | None) -> tuple[list[np.ndarray], dict[str, Any]]:
