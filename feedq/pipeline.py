@@ -205,6 +205,9 @@ class Pipeline:
         self._output: Any = None
         self._started_at: float | None = None  # self._clock.now() at start()
         self._storage_at_start: dict[str, float] = {}  # feedq.storage.statistics() at start()
+        # When join() ended the run (self._clock.now()), and the storage counters then.
+        self._ended_at: float | None = None  # guarded by self._lock
+        self._storage_at_end: dict[str, float] | None = None  # guarded by self._lock
         self._monitor: _stall.Monitor | None = None  # guarded by self._lock
         self._lock = threading.Lock()
         self._runners: list[QueueRunner] = []  # guarded by self._lock
@@ -335,6 +338,11 @@ class Pipeline:
         finally:
             with self._lock:
                 monitor, self._monitor = self._monitor, None
+                if self._started_at is not None and self._ended_at is None:
+                    # The statistics stop here: a report read after the
+                    # ``with`` block describes the run, not the time since.
+                    self._ended_at = self._clock.now()
+                    self._storage_at_end = storage_statistics()
             if monitor is not None:
                 monitor.stop()
             self._close_all()
@@ -383,12 +391,16 @@ class Pipeline:
     def statistics(self) -> PipelineStatistics:
         """Per-stage timing, queue fill, the consumer's data readiness and
         the bottleneck verdict, as one frozen snapshot (see
-        :class:`PipelineStatistics`; ``.as_dict()`` for logging)."""
-        started, now = self._started_at, self._clock.now()
+        :class:`PipelineStatistics`; ``.as_dict()`` for logging). After
+        :meth:`join` (the end of ``with pipe:``) the figures are those of the
+        run: the elapsed time and the remote reads stop counting there."""
+        with self._lock:
+            started, ended, at_end = self._started_at, self._ended_at, self._storage_at_end
+        now = self._clock.now() if ended is None else ended
         elapsed = 0.0 if started is None else now - started
         parts = self._timed_parts()
-        remote = None if started is None else StorageTiming.between(self._storage_at_start,
-                                                                    storage_statistics())
+        remote = None if started is None else StorageTiming.between(
+            self._storage_at_start, storage_statistics() if at_end is None else at_end)
         return collect(elapsed, parts.runners, parts.queues, parts.output_queue, parts.process,
                        batch_sizes=parts.batch_sizes, shuffles=parts.shuffles, now=now,
                        storage=remote)

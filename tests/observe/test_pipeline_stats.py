@@ -551,3 +551,21 @@ def test_bytes_of_ragged_elements_are_estimated_from_the_elements_stored() -> No
     q = PaddingFIFOQueue(10, [np.int64, np.float32, "string"], shapes=[[None], [], [None]])
     q.enqueue_many([np.zeros((4, 3), np.int64), np.zeros(4, np.float32), [[b"ab"]] * 4])
     assert _row_bytes(q) == 3 * 8 + 4 + 8  # a string row: an object array of one reference
+
+
+def test_statistics_read_after_the_with_block_describe_the_run() -> None:
+    """The elapsed time stops at the end of ``with pipe:`` (join): a report
+    printed afterwards gives the run's rates, not rates diluted by the time
+    since."""
+    clock = FakeClock()
+    with feedq.Pipeline(_clock=clock) as pipe:
+        src = feedq.range_input_producer(100, num_epochs=1, shuffle=False)
+        stage = feedq.batch([lambda: src.dequeue_many(10)], 10, enqueue_many=True,
+                            dtypes=[np.int32], shapes=[[]])
+        clock.advance(2.0)
+        assert sum(len(b) for b in stage) == 100
+    first = pipe.statistics()
+    clock.advance(30.0)
+    later = pipe.statistics()
+    assert first.elapsed == pytest.approx(2.0) and later.elapsed == first.elapsed
+    assert later.stages == first.stages and later.consumer == first.consumer
