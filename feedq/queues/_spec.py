@@ -15,6 +15,7 @@ Strings are stored as ``STRING`` (``np.dtype(object)``) arrays whose items are
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,7 +107,7 @@ class Component:
         try:
             arr = np.asarray(value)
         except ValueError as exc:  # ragged nested lists
-            raise InvalidArgumentError(f"{where}: cannot convert {value!r} to an array: {exc}") from exc
+            raise InvalidArgumentError(f"{where}: cannot convert {_short(value)} to an array: {exc}") from exc
         if arr.size == 0 and arr.dtype.kind in "fO":
             return arr.astype(dtype)  # an empty list has no dtype to respect
         kind = arr.dtype.kind
@@ -365,6 +366,19 @@ class ElementCodec:
         return pack_values(cols, self.names)
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = 6
+_SHORT.maxlevel = 3
+_SHORT.maxother = _SHORT.maxstring = 60
+
+
+def _short(value: Any) -> str:
+    """A repr of ``value`` of at most a few hundred characters (a message
+    about a block of 20,000 rows must not print them all)."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} {value!r}"[:120]
@@ -396,7 +410,7 @@ def _to_string_array(value: Any, where: str) -> np.ndarray[Any, Any]:
         try:
             arr = np.asarray(value, dtype=object)
         except ValueError as exc:
-            raise InvalidArgumentError(f"{where}: cannot convert {value!r} to an array: {exc}") from exc
+            raise InvalidArgumentError(f"{where}: cannot convert {_short(value)} to an array: {exc}") from exc
     out: np.ndarray[Any, Any] = np.empty(arr.shape, dtype=object)
     flat_out = out.reshape(-1)
     for i, item in enumerate(arr.reshape(-1)):
