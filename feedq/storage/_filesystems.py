@@ -321,7 +321,7 @@ def retrying(
                 where = "" if at is None else f" at offset {at}"
                 never = (f"; {store} has not answered once in this process: check the endpoint "
                          "(AWS_ENDPOINT_URL, endpoint_override) and the network"
-                         if which == "connect budget" else "")
+                         if store not in _answered else "")
                 text = (f"{url}: {action} failed{where} after {attempt + 1} attempts in "
                         f"{elapsed:.1f} s ({which} {budget:g} s): "
                         f"{_message(exc)}{never}")

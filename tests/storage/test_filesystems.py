@@ -277,6 +277,19 @@ def test_a_store_that_never_answered_fails_within_the_connect_budget_naming_it(
         t0 = time.monotonic()
         assert _filesystems.retrying(recovers, "s3://nowhere/k", "read", offset=0) == 2
         assert len(calls) > 1
+        # An endpoint that accepts connections and never answers times out
+        # instead: the whole retry budget, and the same hint while the store
+        # has never answered.
+        storage.configure(retry_budget_s=0.2)
+
+        def hangs() -> None:
+            raise OSError("curlCode: 28, Timeout was reached")
+
+        with pytest.raises(UnavailableError, match=r"\(retry budget 0\.2 s\): .*Timeout was reached; "
+                           r"s3://silent has not answered once in this process: check the endpoint"):
+            _filesystems.retrying(hangs, "s3://silent/k", "open")
+        with pytest.raises(UnavailableError, match=r"Timeout was reached$"):
+            _filesystems.retrying(hangs, "s3://nowhere/k", "open")  # it answered before
     finally:
         storage.configure(**dataclasses.asdict(old))
 
