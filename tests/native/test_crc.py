@@ -11,17 +11,10 @@ import pytest
 
 import feedq._native as nat
 from feedq._native import _pure
+from tests.native._cores import CORES, NOT_BUILT
 
 crc32c_pkg = pytest.importorskip("crc32c")
 
-NOT_BUILT = (
-    f"feedq._native._core is not built ({nat.NATIVE_IMPORT_ERROR}); "
-    "build it with: python setup.py build_ext --inplace"
-)
-CORES = [
-    pytest.param(nat.PURE, id="python"),
-    pytest.param(nat.NATIVE, id="native", marks=pytest.mark.skipif(nat.NATIVE is None, reason=NOT_BUILT)),
-]
 needs_native = pytest.mark.skipif(nat.NATIVE is None, reason=NOT_BUILT)
 
 

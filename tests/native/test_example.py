@@ -23,16 +23,9 @@ from feedq.readers import (
     parse_example,
 )
 from feedq.readers._example_pb import example_class
+from tests.native._cores import CORES
 
 pytestmark = pytest.mark.timeout(120)
-NOT_BUILT = (
-    f"feedq._native._core is not built ({nat.NATIVE_IMPORT_ERROR}); "
-    "build it with: python setup.py build_ext --inplace"
-)
-CORES = [
-    pytest.param(nat.PURE, id="python"),
-    pytest.param(nat.NATIVE, id="native", marks=pytest.mark.skipif(nat.NATIVE is None, reason=NOT_BUILT)),
-]
 # 150 (was 300): the two fuzz tests took 11 s and 8 s, 3-4 times the other fuzz tests of
 # the native core; CI draws the same examples every run (derandomized), local runs new ones.
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

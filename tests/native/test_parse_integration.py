@@ -51,6 +51,7 @@ from feedq.readers import (
     parse_single_example,
     serialize_example,
 )
+from tests.native._cores import CORES
 
 pytestmark = pytest.mark.timeout(120)
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -478,8 +479,6 @@ def test_kernel_error_names_the_record_as_protobuf_does() -> None:
 
 
 # ------------------------------------------------------------------ take_bytes
-CORES = [pytest.param(nat.PURE, id="python"),
-         pytest.param(nat.NATIVE, id="native", marks=pytest.mark.skipif(nat.NATIVE is None, reason="not built"))]
 
 
 @pytest.mark.parametrize("k", CORES)

@@ -12,12 +12,8 @@ import numpy as np
 import pytest
 
 import feedq._native as nat
+from tests.native._cores import CORES
 
-NOT_BUILT = f"feedq._native._core is not built ({nat.NATIVE_IMPORT_ERROR})"
-CORES = [
-    pytest.param(nat.PURE, id="python"),
-    pytest.param(nat.NATIVE, id="native", marks=pytest.mark.skipif(nat.NATIVE is None, reason=NOT_BUILT)),
-]
 DATA = np.random.default_rng(7).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
 
 

@@ -13,16 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import feedq._native as nat
+from tests.native._cores import CORES, NOT_BUILT
 
 pytestmark = pytest.mark.timeout(120)
-NOT_BUILT = (
-    f"feedq._native._core is not built ({nat.NATIVE_IMPORT_ERROR}); "
-    "build it with: python setup.py build_ext --inplace"
-)
-CORES = [
-    pytest.param(nat.PURE, id="python"),
-    pytest.param(nat.NATIVE, id="native", marks=pytest.mark.skipif(nat.NATIVE is None, reason=NOT_BUILT)),
-]
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GUARD = 16  # bytes either side of every buffer, which no call may change
 

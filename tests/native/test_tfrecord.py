@@ -22,18 +22,11 @@ import feedq._native as nat
 from feedq.errors import DataLossError, OutOfRangeError
 from feedq.queues import FIFOQueue
 from feedq.readers import TFRecordReader, TFRecordWriter
+from tests.native._cores import CORES, NOT_BUILT
 
 crc32c_pkg = pytest.importorskip("crc32c")
 
 pytestmark = pytest.mark.timeout(60)
-NOT_BUILT = (
-    f"feedq._native._core is not built ({nat.NATIVE_IMPORT_ERROR}); "
-    "build it with: python setup.py build_ext --inplace"
-)
-CORES = [
-    pytest.param(nat.PURE, id="python"),
-    pytest.param(nat.NATIVE, id="native", marks=pytest.mark.skipif(nat.NATIVE is None, reason=NOT_BUILT)),
-]
 needs_native = pytest.mark.skipif(nat.NATIVE is None, reason=NOT_BUILT)
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
