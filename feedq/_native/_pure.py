@@ -707,6 +707,88 @@ def find_byte(buf: Any, start: int, byte: int) -> np.ndarray:
     return out
 
 
+# ---------------------------------------------------------------- resampling
+_RS_BITS = 22
+
+
+def _rs_coeffs(in_size: int, in0: np.float32, in1: np.float32, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``rs_coeffs`` of ``_core.c``: per output pixel the first input pixel,
+    the number of taps and the 22-bit weights (zero past the taps)."""
+    import math
+
+    scale = float(np.float32(in1 - in0)) / out_size
+    filterscale = max(scale, 1.0)
+    support = filterscale
+    ksize = int(math.ceil(support)) * 2 + 1
+    ss = 1.0 / filterscale
+    start = float(in0)
+    xmins = np.zeros(out_size, dtype=np.int64)
+    ntaps = np.zeros(out_size, dtype=np.int64)
+    kk = np.zeros((out_size, ksize), dtype=np.int64)
+    for xx in range(out_size):
+        center = start + (xx + 0.5) * scale
+        xmin = max(int(center - support + 0.5), 0)
+        xmax = min(int(center + support + 0.5), in_size) - xmin
+        xmax = min(max(xmax, 0), ksize)
+        ws = []
+        ww = 0.0
+        for x in range(xmax):
+            t = abs((x + xmin - center + 0.5) * ss)
+            v = 1.0 - t if t < 1.0 else 0.0
+            ws.append(v)
+            ww += v
+        for x, v in enumerate(ws):
+            if ww != 0.0:
+                v = v / ww
+            kk[xx, x] = int(-0.5 + v * (1 << _RS_BITS)) if v < 0 else int(0.5 + v * (1 << _RS_BITS))
+        xmins[xx], ntaps[xx] = xmin, xmax
+    return xmins, ntaps, kk
+
+
+def _rs_pass(src: np.ndarray, xmins: np.ndarray, kk: np.ndarray, axis: int) -> np.ndarray:
+    """One filter pass along ``axis`` (1: columns, 0: rows) of a uint8 [h, w, 3] array."""
+    n = src.shape[axis]
+    idx = np.minimum(xmins[:, None] + np.arange(kk.shape[1])[None, :], n - 1)
+    taps = np.take(src.astype(np.int64), idx, axis=axis)  # axis expands to [out, ksize]
+    if axis == 1:
+        acc = (taps * kk[None, :, :, None]).sum(axis=2)
+    else:
+        acc = (taps * kk[:, :, None, None]).sum(axis=1)
+    acc += 1 << (_RS_BITS - 1)
+    out: np.ndarray = np.clip(acc >> _RS_BITS, 0, 255).astype(np.uint8)
+    return out
+
+
+def resample_bilinear(src: Any, h: int, w: int, row_stride: int, pixel_stride: int,
+                      x0: float, y0: float, x1: float, y1: float, out: Any, oh: int, ow: int,
+                      flip: bool) -> None:
+    """See ``_core.c`` ``py_resample_bilinear``: the box of an RGB image
+    resampled (antialiased bilinear, 22-bit fixed point) into ``out``."""
+    buf = np.frombuffer(memoryview(src).cast("B") if memoryview(src).format != "B" else src, dtype=np.uint8)
+    fx0, fy0, fx1, fy1 = (np.float32(v) for v in (x0, y0, x1, y1))
+    if h < 1 or w < 1 or h > (1 << 20) or w > (1 << 20) or oh < 1 or ow < 1 or oh > (1 << 15) or ow > (1 << 15):
+        raise ValueError("resample_bilinear: image or output size out of range")
+    if (pixel_stride < 3 or pixel_stride > 16 or row_stride < w * pixel_stride
+            or (h - 1) * row_stride + (w - 1) * pixel_stride + 3 > buf.size):
+        raise ValueError("resample_bilinear: the image does not fit its buffer")
+    dst = np.frombuffer(out, dtype=np.uint8)
+    if oh * ow * 3 > dst.size:
+        raise ValueError("resample_bilinear: output buffer too small")
+    if not (fx0 >= 0 and fy0 >= 0 and fx1 <= np.float32(w) and fy1 <= np.float32(h) and fx1 > fx0 and fy1 > fy0):
+        raise ValueError("resample_bilinear: the box is empty or outside the image")
+    img = np.lib.stride_tricks.as_strided(buf, shape=(h, w, 3), strides=(row_stride, pixel_stride, 1),
+                                          writeable=False)
+    hx, _, hk = _rs_coeffs(w, fx0, fx1, ow)
+    vy, _, vk = _rs_coeffs(h, fy0, fy1, oh)
+    if float(oh) < float(np.float32(fy1 - fy0)):  # vertical first (as _core.c)
+        res = _rs_pass(_rs_pass(img, vy, vk, 0), hx, hk, 1)
+    else:
+        res = _rs_pass(_rs_pass(img, hx, hk, 1), vy, vk, 0)
+    if flip:
+        res = res[:, ::-1]
+    dst[: oh * ow * 3] = res.reshape(-1)
+
+
 # ------------------------------------------------------------------------ reading
 def read_window(fd: int, offset: int, tail: Any, n: int) -> tuple[bytes, int, int]:
     """See ``_core.c`` ``py_read_window``: ``tail`` + up to ``n`` bytes at ``offset``
