@@ -15,6 +15,7 @@ Imports nothing from feedq.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections.abc import Callable
@@ -714,8 +715,6 @@ _RS_BITS = 22
 def _rs_coeffs(in_size: int, in0: np.float32, in1: np.float32, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``rs_coeffs`` of ``_core.c``: per output pixel the first input pixel,
     the number of taps and the 22-bit weights (zero past the taps)."""
-    import math
-
     scale = float(np.float32(in1 - in0)) / out_size
     filterscale = max(scale, 1.0)
     support = filterscale
