@@ -22,6 +22,8 @@ Kernels (buffers in, NumPy arrays out; nothing here imports the rest of feedq):
   ends: memchr, GIL released);
 * :func:`read_window` -- a file's bytes read after the unread tail of a
   buffer, straight into one new bytes object (pread, GIL released).
+* :func:`resample_bilinear` -- the box of an RGB image resampled (Pillow's
+  antialiased bilinear, fixed point) into an output array, flip folded in;
 * :func:`shuffle_take`, :func:`shuffle_sources` -- a RandomShuffleQueue's
   draws (partial Fisher-Yates against the tail): rows out of byte columns and
   the storage compacted in one call, or the same draws as index moves.
@@ -100,6 +102,7 @@ __all__ = [
     "pad_ragged",
     "parse_examples",
     "read_window",
+    "resample_bilinear",
     "scan_tfrecords",
     "shuffle_sources",
     "shuffle_take",
@@ -140,5 +143,6 @@ pad_ragged = _ACTIVE.pad_ragged
 take_bytes = _ACTIVE.take_bytes
 find_byte = _ACTIVE.find_byte
 read_window = _ACTIVE.read_window
+resample_bilinear = _ACTIVE.resample_bilinear
 shuffle_take = _ACTIVE.shuffle_take
 shuffle_sources = _ACTIVE.shuffle_sources

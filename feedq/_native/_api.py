@@ -470,6 +470,39 @@ class Kernels:
         window, got, err = fn(int(fd), int(offset), _byte_view(tail), int(n))
         return window, int(got), int(err)
 
+    # ------------------------------------------------------------- images
+    def resample_bilinear(
+        self,
+        src: Any,
+        shape: tuple[int, int],
+        row_stride: int,
+        pixel_stride: int,
+        box: tuple[float, float, float, float],
+        out: np.ndarray,
+        flip: bool = False,
+    ) -> None:
+        """Resample ``box = (left, top, right, bottom)`` of an RGB image into ``out``.
+
+        The image is ``shape = (h, w)`` pixels of ``src``, pixel ``(y, x)``
+        channel ``c`` at byte ``y * row_stride + x * pixel_stride + c`` (RGB:
+        ``pixel_stride`` 3, RGBX: 4). ``out`` is a C-contiguous uint8
+        ``[oh, ow, 3]`` array, written left-right mirrored when ``flip``.
+        Pillow 13's antialiased bilinear filter (its box arithmetic in C
+        floats, 22-bit fixed-point weights, its pass order): the pixels of
+        ``Image.resize((ow, oh), BILINEAR, box=box)`` on the ``h x w`` image,
+        bit for bit. The C core runs with the GIL released.
+
+        Raises:
+            ValueError: the image does not fit ``src``, the box is empty or
+                outside the image, or ``out`` is too small.
+        """
+        if out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3 or not out.flags.c_contiguous:
+            raise ValueError("resample_bilinear: out must be a C-contiguous uint8 [h, w, 3] array")
+        fn = getattr(self.backend, "resample_bilinear", None) or self.fallback.resample_bilinear
+        fn(_byte_view(src), int(shape[0]), int(shape[1]), int(row_stride), int(pixel_stride),
+           float(box[0]), float(box[1]), float(box[2]), float(box[3]),
+           out, int(out.shape[0]), int(out.shape[1]), bool(flip))
+
     # ------------------------------------------------------------- padding
     def pad_ragged(
         self, values: Any, splits: Any, width: int | None = None, pad: Any = 0

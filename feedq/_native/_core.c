@@ -1633,8 +1633,9 @@ done:
  * antialiased bilinear resize (Image.resize(..., BILINEAR, box=...)) to the
  * bit: the box corners as C floats, the filter's support widened by the
  * downscale factor, coefficients normalised in double and rounded to 22-bit
- * fixed point, a horizontal pass into 8-bit rows (rounded, clipped), then a
- * vertical pass. Pillow's transpose after the resize is the same as writing
+ * fixed point, two passes through an 8-bit intermediate (rounded, clipped)
+ * in Pillow 13's order: horizontal first unless the image loses more than
+ * twice as many rows as columns. Pillow's transpose after the resize is the same as writing
  * the columns mirrored, because the vertical pass treats each column alone.
  *
  * The pure-Python twin and Pillow itself are the references in
@@ -1801,9 +1802,11 @@ py_resample_bilinear(PyObject *self, PyObject *args)
         const unsigned char *base = (const unsigned char *)src.buf;
         unsigned char *dst = (unsigned char *)out.buf;
         size_t ps = (size_t)pixel_stride, rs = (size_t)row_stride, orow = (size_t)ow * 3;
-        /* Pillow 13 filters the dimension that shrinks more first (the same
-         * order, so the same rounding of the 8-bit intermediate). */
-        int vertical_first = (double)oh < (double)(y1 - y0);
+        /* Pillow 13's order (ImagingResampleInner): the vertical pass first
+         * when the image loses more than twice as many rows as columns --
+         * counted on the whole image, not the box -- so the 8-bit
+         * intermediate rounds as Pillow's does. */
+        int vertical_first = (h - oh) > 0 && (h - oh) > (w - ow) * 2;
         Py_BEGIN_ALLOW_THREADS
         int ksh = rs_coeffs((int)w, x0, x1, ow, &bh, &kh);
         int ksv = ksh < 0 ? -1 : rs_coeffs((int)h, y0, y1, oh, &bv, &kv);

@@ -779,7 +779,7 @@ def resample_bilinear(src: Any, h: int, w: int, row_stride: int, pixel_stride: i
                                           writeable=False)
     hx, _, hk = _rs_coeffs(w, fx0, fx1, ow)
     vy, _, vk = _rs_coeffs(h, fy0, fy1, oh)
-    if float(oh) < float(np.float32(fy1 - fy0)):  # vertical first (as _core.c)
+    if h - oh > 0 and h - oh > (w - ow) * 2:  # Pillow 13's pass order (as _core.c)
         res = _rs_pass(_rs_pass(img, vy, vk, 0), hx, hk, 1)
     else:
         res = _rs_pass(_rs_pass(img, hx, hk, 1), vy, vk, 0)

@@ -34,6 +34,7 @@ from feedq.image._augment import (
 )
 from feedq.image._batch import DEFAULT_MAX_PIXELS, ImageBatch, SkippedImage
 from feedq.image._crop import (
+    RESAMPLE,
     decode_random_resized_crop,
     decode_resize_center_crop,
     element_seeds,
@@ -57,6 +58,7 @@ __all__ = [
     "ImageBatch",
     "ImageFolder",
     "JPEG_CROP",
+    "RESAMPLE",
     "ResizeMethod",
     "SkippedImage",
     "central_crop",

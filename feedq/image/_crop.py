@@ -5,8 +5,15 @@ its own seeded generator, then only what the crop needs is decoded (at 1/2,
 1/4 or 1/8 scale in the DCT domain when the crop is at least that many
 times the output) and resampled straight into the output size with
 Pillow's antialiased bilinear filter (torchvision's crop-then-resize of PIL
-images). The decoded pixels are handed to Pillow without a copy (the crop is
-a strided view of them); the one copy into the batch applies the flip.
+images).
+
+Two resamplers, chosen once (:data:`RESAMPLE`): with feedq's native core
+built, its ``resample_bilinear`` reads the decoded RGB window in place and
+writes each image straight into its row of the batch, the flip folded into
+that write (one copy of each output pixel, the GIL released). Without it,
+Pillow resamples the RGBX window (handed over without a copy) and the flip
+and RGB packing are two more copies. Both compute Pillow 13's arithmetic,
+so both give torchvision's pixels exactly.
 
 Seeds: the crop and flip of an image depend on ``seed``, ``epoch`` and the
 image's identity only -- its key for a reader's block, its row for a list --
@@ -23,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from feedq import _native
 from feedq.errors import InvalidArgumentError
 from feedq.image._batch import (
     DEFAULT_MAX_PIXELS,
@@ -37,11 +45,18 @@ from feedq.image._decode import _decode_pil, image_format, jpeg_header
 from feedq.image._extras import jpegcrop, pil_image, simplejpeg_module
 
 __all__ = [
+    "RESAMPLE",
     "decode_random_resized_crop",
     "decode_resize_center_crop",
     "element_seeds",
     "random_resized_crop_params",
 ]
+
+
+#: ``"native"`` (feedq's native core resamples into the batch) or
+#: ``"pillow"`` (the native core is not built or ``FEEDQ_PURE_PYTHON`` is
+#: set: Pillow resamples). The same pixels either way.
+RESAMPLE: str = "native" if _native.CORE == "native" else "pillow"
 
 
 def element_seeds(contents: Any, seed: int, epoch: int = 0, keys: Any = None) -> np.ndarray:
@@ -119,13 +134,15 @@ class _Source:
 
     JPEG windows come from the native cropped decoder when it is built
     (:data:`~feedq.image.JPEG_CROP` ``== "native"``: rows outside the window
-    are only entropy-decoded, columns beside it never inverse-transformed), else
+    are only entropy-decoded -- those below it not at all unless ``verify``
+    -- columns beside it never inverse-transformed), else
     from a full decode (simplejpeg) and a strided view of the window: the
     same pixels either way. PNG and BMP are decoded whole (Pillow).
     """
 
-    def __init__(self, data: Any, max_pixels: int | None) -> None:
+    def __init__(self, data: Any, max_pixels: int | None, verify: bool = True) -> None:
         self.data = data
+        self.verify = verify
         fmt = image_format(data)
         self.jpeg = fmt == "jpeg"
         self.pixels: np.ndarray | None = None
@@ -139,14 +156,15 @@ class _Source:
         else:
             raise BadImage("unknown image format: not JPEG, PNG or BMP")
 
-    def _full(self, r: int) -> tuple[np.ndarray, np.ndarray]:
-        """The JPEG's RGBX pixels at scale ``1/r`` (simplejpeg) and the flat
-        buffer holding them, one row longer than the image, so that a window
-        of the last rows can be mapped with the image's stride."""
+    def _full(self, r: int, channels: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        """The JPEG's RGBX (or RGB: ``channels=3``) pixels at scale ``1/r``
+        (simplejpeg) and the flat buffer holding them, one row longer than
+        the image, so that a window of the last rows can be mapped with the
+        image's stride."""
         sj = simplejpeg_module()
         sh, sw = -(-self.height // r), -(-self.width // r)
-        buf = np.empty((sh + 1) * sw * 4, dtype=np.uint8)
-        kwargs: dict[str, Any] = {"colorspace": "RGBX", "buffer": buf}
+        buf = np.empty((sh + 1) * sw * channels, dtype=np.uint8)
+        kwargs: dict[str, Any] = {"colorspace": "RGBX" if channels == 4 else "RGB", "buffer": buf}
         if r > 1:
             kwargs.update(min_height=sh, min_width=sw)
         try:
@@ -182,6 +200,67 @@ class _Source:
         view = memoryview(flat.data)[(y * sw + x) * 4 :]
         return Image.frombuffer("RGBX", (w, h), view, "raw", "RGBX", sw * 4, 1)
 
+    def rgb_window(self, r: int, y: int, x: int, h: int, w: int) -> tuple[np.ndarray, int]:
+        """Rows ``[y, y + h)``, columns ``[x, x + w)`` of the image at scale
+        ``1/r`` as RGB pixels in place: ``(flat, row_stride)``, pixel ``(i,
+        j)`` at ``flat[i * row_stride + 3 * j]`` (a view into the decoded
+        image, or the cropped decoder's own window)."""
+        if self.pixels is not None:
+            pix = np.ascontiguousarray(self.pixels)
+            sw = pix.shape[1]
+            return pix.reshape(-1)[(y * sw + x) * 3 :], sw * 3
+        native = jpegcrop()
+        if native is not None and not self.cmyk:
+            buf = np.empty(h * w * 3, dtype=np.uint8)
+            try:
+                native.decode_crop(self.data, y, x, h, w, r, 0, 1, buf, 3, self.verify)
+            except ValueError as exc:
+                raise bad("invalid JPEG data", exc) from None
+            return buf, w * 3
+        pix, flat = self._full(r, channels=3)
+        sh, sw = pix.shape[:2]
+        if (sh, sw) != self.scaled(r):  # pragma: no cover - M/8 rounding on a tiny image
+            raise BadImage(f"cannot scale a {self.width} x {self.height} JPEG by 1/{r}")
+        return flat[(y * sw + x) * 3 :], sw * 3
+
+    def crop_resize_into(
+        self, top: int, left: int, h: int, w: int, out: np.ndarray, flip: bool, dct_scaling: bool
+    ) -> None:
+        """:meth:`crop_resize` written into ``out`` (``[oh, ow, 3]``) by the
+        native resampler, mirrored when ``flip``."""
+        out_hw = (out.shape[0], out.shape[1])
+        r = self._scale(w, h, out_hw, dct_scaling)
+        if r == 1:
+            flat, stride = self.rgb_window(1, top, left, h, w)
+            _native.resample_bilinear(flat, (h, w), stride, 3, (0.0, 0.0, w, h), out, flip)
+        else:
+            self.box_resize_into((left, top, left + w, top + h), out, r, flip)
+
+    def box_resize_into(
+        self, box: tuple[float, float, float, float], out: np.ndarray, r: int, flip: bool = False
+    ) -> None:
+        """:meth:`box_resize` written into ``out`` by the native resampler."""
+        (x0, y0, x1, y1), rel = self._support_window(box, (out.shape[0], out.shape[1]), r)
+        flat, stride = self.rgb_window(r, y0, x0, y1 - y0, x1 - x0)
+        _native.resample_bilinear(flat, (y1 - y0, x1 - x0), stride, 3, rel, out, flip)
+
+    def _support_window(
+        self, box: tuple[float, float, float, float], out_hw: tuple[int, int], r: int
+    ) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
+        """The window ``(x0, y0, x1, y1)`` of the image at scale ``1/r`` that
+        resampling ``box`` (in the full image's pixels) to ``out_hw`` reads --
+        the box and its filter support (Pillow's bilinear reaches max(1,
+        scale) pixels out), clipped to the image -- and the box relative to it."""
+        oh, ow = out_hw
+        sh, sw = self.scaled(r)
+        fx, fy = sw / self.width, sh / self.height
+        b = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
+        mx = int(math.ceil(max(1.0, (b[2] - b[0]) / ow))) + 1
+        my = int(math.ceil(max(1.0, (b[3] - b[1]) / oh))) + 1
+        x0, y0 = max(0, int(b[0]) - mx), max(0, int(b[1]) - my)
+        x1, y1 = min(sw, int(math.ceil(b[2])) + mx), min(sh, int(math.ceil(b[3])) + my)
+        return (x0, y0, x1, y1), (b[0] - x0, b[1] - y0, b[2] - x0, b[3] - y0)
+
     def _scale(self, crop_w: float, crop_h: float, out_hw: tuple[int, int], dct: bool) -> int:
         if dct and self.jpeg and min(self.height, self.width) >= 16:
             for r in (8, 4, 2):
@@ -209,17 +288,8 @@ class _Source:
         to ``out_hw``, from the image decoded at scale ``1/r``."""
         Image = pil_image()
         oh, ow = out_hw
-        sh, sw = self.scaled(r)
-        fx, fy = sw / self.width, sh / self.height
-        b = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
-        # The window the filter reads: the box and its support (Pillow's
-        # bilinear reaches max(1, scale) pixels out), clipped to the image.
-        mx = int(math.ceil(max(1.0, (b[2] - b[0]) / ow))) + 1
-        my = int(math.ceil(max(1.0, (b[3] - b[1]) / oh))) + 1
-        x0, y0 = max(0, int(b[0]) - mx), max(0, int(b[1]) - my)
-        x1, y1 = min(sw, int(math.ceil(b[2])) + mx), min(sh, int(math.ceil(b[3])) + my)
+        (x0, y0, x1, y1), rel = self._support_window(box, out_hw, r)
         im = self.window(r, y0, x0, y1 - y0, x1 - x0)
-        rel = (b[0] - x0, b[1] - y0, b[2] - x0, b[3] - y0)
         return im.resize((ow, oh), Image.Resampling.BILINEAR, box=rel)
 
 
@@ -234,6 +304,7 @@ def decode_random_resized_crop(
     attempts: int = 10,
     flip: bool = True,
     dct_scaling: bool = True,
+    verify: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
     keys: Any = None,
@@ -255,6 +326,15 @@ def decode_random_resized_crop(
         dct_scaling: decode at 1/2, 1/4 or 1/8 scale when the crop is at
             least that many times ``size`` (less work; pixels within the
             documented tolerance of a full decode).
+        verify: check a JPEG's data to its end (the default), so an image
+            damaged anywhere is refused whatever its crop. ``False`` stops
+            decoding after the crop's last row, as TF's
+            ``decode_and_crop_jpeg`` does: less work (the rows below the
+            crop are not even entropy-decoded), but damage below the crop
+            goes unnoticed, so such an image is refused only in the epochs
+            whose crop reaches the damage. Applies to the native cropped
+            decoder (:data:`~feedq.image.JPEG_CROP`); the full decode
+            without it always checks.
         max_pixels: refuse images with more pixels.
         on_error: ``"raise"`` or ``"skip"`` a bad image.
 
@@ -276,16 +356,19 @@ def decode_random_resized_crop(
 
     def one(i: int, data: Any) -> None:
         nonlocal done
-        src = _Source(data, max_pixels)
+        src = _Source(data, max_pixels, verify)
         rng = np.random.default_rng(int(seeds[i]))
         top, left, h, w = random_resized_crop_params(
             src.height, src.width, rng, scale, ratio, attempts
         )
         flipped = flip and bool(rng.random() < 0.5)
-        im = src.crop_resize(top, left, h, w, out_hw, dct_scaling)
-        if flipped:
-            im = im.transpose(pil_image().Transpose.FLIP_LEFT_RIGHT)
-        out[done] = _rgb(im, out_hw)
+        if RESAMPLE == "native":
+            src.crop_resize_into(top, left, h, w, out[done], flipped, dct_scaling)
+        else:
+            im = src.crop_resize(top, left, h, w, out_hw, dct_scaling)
+            if flipped:
+                im = im.transpose(pil_image().Transpose.FLIP_LEFT_RIGHT)
+            out[done] = _rgb(im, out_hw)
         done += 1
 
     _, index, skipped = run_batch(batch, one, on_error)
@@ -298,6 +381,7 @@ def decode_resize_center_crop(
     resize_size: int = 256,
     *,
     dct_scaling: bool = True,
+    verify: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     on_error: OnError = "raise",
     keys: Any = None,
@@ -306,7 +390,8 @@ def decode_resize_center_crop(
 
     torchvision's ``Resize(resize_size)`` + ``CenterCrop(size)`` on PIL
     images, computed as one resample of the crop's source box (the same
-    output pixels as resizing the whole image, then cropping).
+    output pixels as resizing the whole image, then cropping, within one
+    level). ``verify``: as for :func:`decode_random_resized_crop`.
 
     Returns:
         An :class:`~feedq.image.ImageBatch` with ``images`` ``[k, h, w, 3]`` uint8.
@@ -320,7 +405,7 @@ def decode_resize_center_crop(
 
     def one(i: int, data: Any) -> None:
         nonlocal done
-        src = _Source(data, max_pixels)
+        src = _Source(data, max_pixels, verify)
         h, w = src.height, src.width
         if h <= w:
             nh, nw = resize_size, int(resize_size * w / h)
@@ -334,7 +419,10 @@ def decode_resize_center_crop(
         sx, sy = w / nw, h / nh
         box = (left * sx, top * sy, (left + ow) * sx, (top + oh) * sy)
         r = src._scale(box[2] - box[0], box[3] - box[1], out_hw, dct_scaling)
-        out[done] = _rgb(src.box_resize(box, out_hw, r), out_hw)
+        if RESAMPLE == "native":
+            src.box_resize_into(box, out[done], r)
+        else:
+            out[done] = _rgb(src.box_resize(box, out_hw, r), out_hw)
         done += 1
 
     _, index, skipped = run_batch(batch, one, on_error)

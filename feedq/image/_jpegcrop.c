@@ -1,13 +1,16 @@
 /* feedq.image._jpegcrop: decode only a window of a JPEG (libjpeg-turbo), GIL released.
  *
- * decode_crop(data, y, x, h, w, scale_denom, fast_dct, fancy, out) decodes the
- * window [y, y + h) x [x, x + w) of the image scaled by 1/scale_denom (in the
- * DCT domain) into `out` as RGBX (4 bytes a pixel, rows of w pixels). Rows
- * above and below the window are skipped (entropy-decoded only:
- * jpeg_skip_scanlines, then jpeg_finish_decompress reads to the end, so a
- * file damaged below the window is refused as the twin's full decode refuses
- * it; TF's decode_and_crop_jpeg would decode it) and columns outside it are
- * not inverse-transformed (jpeg_crop_scanline). To give the
+ * decode_crop(data, y, x, h, w, scale_denom, fast_dct, fancy, out[, pixel_size[,
+ * check_tail]]) decodes the window [y, y + h) x [x, x + w) of the image
+ * scaled by 1/scale_denom (in the DCT domain) into `out` as RGBX (pixel_size
+ * 4, the default) or RGB (pixel_size 3), rows of w pixels. Rows above the
+ * window are skipped (entropy-decoded only: jpeg_skip_scanlines) and columns
+ * outside it are not inverse-transformed (jpeg_crop_scanline). With
+ * check_tail (the default) the rows below are skipped the same way and
+ * jpeg_finish_decompress reads to the end, so a file damaged below the
+ * window is refused as the twin's full decode refuses it; with check_tail=0
+ * decoding stops after the window's last row, as TF's decode_and_crop_jpeg
+ * does (less work; damage below the window goes unnoticed). To give the
  * same pixels as a full decode, the window is widened by a margin of 16
  * decoded pixels on every side (clipped to the image) before cropping, so
  * that chroma upsampling at its edges sees the same neighbours.
@@ -48,19 +51,20 @@ static void on_message(j_common_ptr cinfo, int level) {
 
 static PyObject *py_decode_crop(PyObject *self, PyObject *args) {
     Py_buffer data, out;
-    int y, x, h, w, denom, fast_dct, fancy;
+    int y, x, h, w, denom, fast_dct, fancy, ps = 4, check_tail = 1;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*iiiiiiiw*", &data, &y, &x, &h, &w, &denom, &fast_dct, &fancy,
-                          &out)) {
+    if (!PyArg_ParseTuple(args, "y*iiiiiiiw*|ip", &data, &y, &x, &h, &w, &denom, &fast_dct, &fancy,
+                          &out, &ps, &check_tail)) {
         return NULL;
     }
-    if (h <= 0 || w <= 0 || y < 0 || x < 0 || (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
+    if (h <= 0 || w <= 0 || y < 0 || x < 0 || (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        || (ps != 3 && ps != 4)) {
         PyBuffer_Release(&data);
         PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "bad window or scale");
+        PyErr_SetString(PyExc_ValueError, "bad window, scale or pixel size");
         return NULL;
     }
-    if (out.len < (Py_ssize_t)h * w * 4) {
+    if (out.len < (Py_ssize_t)h * w * ps) {
         PyBuffer_Release(&data);
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError, "output buffer too small");
@@ -88,7 +92,7 @@ static PyObject *py_decode_crop(PyObject *self, PyObject *args) {
         if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
             why = "CMYK JPEG: no cropped decode";
         } else {
-            cinfo.out_color_space = JCS_EXT_RGBX;
+            cinfo.out_color_space = ps == 3 ? JCS_EXT_RGB : JCS_EXT_RGBX;
             cinfo.scale_num = 1;
             cinfo.scale_denom = (unsigned int)denom;
             cinfo.dct_method = fast_dct ? JDCT_IFAST : JDCT_ISLOW;
@@ -109,7 +113,7 @@ static PyObject *py_decode_crop(PyObject *self, PyObject *args) {
                 if (wy0 > 0) {
                     jpeg_skip_scanlines(&cinfo, (JDIMENSION)wy0);
                 }
-                row = (unsigned char *)malloc((size_t)cw * 4);
+                row = (unsigned char *)malloc((size_t)cw * ps);
                 if (row == NULL) {
                     why = "out of memory";
                 } else {
@@ -121,11 +125,11 @@ static PyObject *py_decode_crop(PyObject *self, PyObject *args) {
                             break;
                         }
                         if (line >= y) {
-                            memcpy(dst + (size_t)(line - y) * w * 4, row + (size_t)skip_cols * 4,
-                                   (size_t)w * 4);
+                            memcpy(dst + (size_t)(line - y) * w * ps, row + (size_t)skip_cols * ps,
+                                   (size_t)w * ps);
                         }
                     }
-                    if (why == NULL) {
+                    if (why == NULL && check_tail) {
                         /* The rows below, entropy-decoded only, and the end of the
                          * data: damage anywhere in the file fails (warnings are errors). */
                         /* (Skipping to the very end would only mark the input read:
@@ -167,7 +171,7 @@ static PyObject *py_decode_crop(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode_crop", py_decode_crop, METH_VARARGS,
-     "decode_crop(data, y, x, h, w, scale_denom, fast_dct, fancy, out): a JPEG window as RGBX."},
+     "decode_crop(data, y, x, h, w, scale_denom, fast_dct, fancy, out[, pixel_size[, check_tail]]): a JPEG window as RGBX (4) or RGB (3)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+import feedq.image._crop as crop_module
 from feedq.cli.datasets import synthetic_jpegs
 from feedq.errors import InvalidArgumentError
 from feedq.image import (
@@ -70,13 +71,24 @@ def _expected(data: bytes, seed: int, size: int = 64) -> np.ndarray:
     return out[:, ::-1] if flip else out
 
 
-def test_train_crop_equals_crop_then_resize_then_flip() -> None:
+RESAMPLERS = ["pillow", pytest.param("native", marks=pytest.mark.skipif(
+    crop_module.RESAMPLE != "native", reason="the native core is not built"))]
+
+
+@pytest.mark.parametrize("resample", RESAMPLERS)
+def test_train_crop_equals_crop_then_resize_then_flip(
+    resample: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both resamplers give torchvision's pixels exactly (the native one
+    computes Pillow 13's arithmetic in Pillow's pass order)."""
+    monkeypatch.setattr(crop_module, "RESAMPLE", resample)
     items = [jpeg(90 + 7 * i, 120 - 5 * i, seed=i, sub=("444", "420")[i % 2]) for i in range(6)]
     items.append(jpeg(50, 70, gray=True))
     items.append(encoded("PNG", 80, 60))
+    items += [jpeg(300 + 11 * i, 200 + 13 * i, seed=10 + i) for i in range(4)]  # downscaled crops
     block = block_of(items)
     batch = decode_random_resized_crop(block, 64, seed=3, dct_scaling=False)
-    assert batch.images.shape == (8, 64, 64, 3) and batch.images.dtype == np.uint8
+    assert batch.images.shape == (len(items), 64, 64, 3) and batch.images.dtype == np.uint8
     seeds = element_seeds(block, 3)
     for i, data in enumerate(items):
         np.testing.assert_array_equal(batch.images[i], _expected(data, int(seeds[i])), err_msg=str(i))
@@ -119,7 +131,9 @@ def test_same_seed_same_crops_whatever_the_split_or_thread() -> None:
     np.testing.assert_array_equal(per_image, whole)
 
 
-def test_eval_equals_resize_then_centre_crop() -> None:
+@pytest.mark.parametrize("resample", RESAMPLERS)
+def test_eval_equals_resize_then_centre_crop(resample: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(crop_module, "RESAMPLE", resample)
     items = [jpeg(300, 400, seed=1), jpeg(400, 300, seed=2, sub="444"), jpeg(256, 256, seed=3)]
     batch = decode_resize_center_crop(items, 224, 256)
     assert batch.images.shape == (3, 224, 224, 3)

@@ -67,7 +67,7 @@ def test_bad_windows_and_buffers() -> None:
     out = np.empty(400 * 400 * 4, np.uint8)
     with pytest.raises(ValueError, match="^window outside the image$"):
         native.decode_crop(data, 90, 0, 10, 10, 1, 0, 1, out)
-    with pytest.raises(ValueError, match="^bad window or scale$"):
+    with pytest.raises(ValueError, match="^bad window, scale or pixel size$"):
         native.decode_crop(data, 0, 0, 10, 10, 3, 0, 1, out)
     with pytest.raises(ValueError):
         native.decode_crop(data[: len(data) // 2], 0, 0, 90, 100, 1, 0, 1, out)
@@ -118,3 +118,40 @@ def test_a_file_damaged_below_the_window_is_refused_like_the_twin(damage: str) -
         out = np.empty((hh, ww, 4), np.uint8)
         with pytest.raises(ValueError):
             native.decode_crop(data, y, x, hh, ww, 1, 0, 1, out)
+        # check_tail=0 (verify=False, TF's decode_and_crop_jpeg): decoding
+        # stops after the window, so damage below it goes unnoticed, and the
+        # window's pixels are those of the intact file.
+        if damage == "truncated":
+            continue
+        intact = full(synthetic_jpegs(1, 1)[0], 1)
+        native.decode_crop(data, y, x, hh, ww, 1, 0, 1, out, 4, False)
+        np.testing.assert_array_equal(out[..., :3], intact[y : y + hh, x : x + ww, :3])
+
+
+@pytest.mark.parametrize("index", range(len(IMAGES)))
+def test_rgb_windows_equal_the_rgbx_ones(index: int) -> None:
+    data = IMAGES[index]
+    H, W = sj.decode_jpeg_header(data)[:2]
+    y, x, h, w = H // 4, W // 3, max(1, H // 2), max(1, W // 2)
+    rgbx = np.empty((h, w, 4), np.uint8)
+    rgb = np.full(h * w * 3 + 16, 0xAB, np.uint8)
+    native.decode_crop(data, y, x, h, w, 1, 0, 1, rgbx)
+    native.decode_crop(data, y, x, h, w, 1, 0, 1, rgb[: h * w * 3], 3)
+    np.testing.assert_array_equal(rgb[: h * w * 3].reshape(h, w, 3), rgbx[..., :3])
+    assert (rgb[h * w * 3 :] == 0xAB).all()
+    with pytest.raises(ValueError, match="too small"):
+        native.decode_crop(data, y, x, h, w, 1, 0, 1, rgb[: h * w * 3 - 1], 3)
+
+
+def test_verify_false_accepts_a_tail_damaged_image_in_the_fused_op() -> None:
+    data = bytearray(synthetic_jpegs(1, 1)[0])
+    for k in range(50):
+        data[len(data) * 3 // 4 + k] ^= 0x5A
+    # tiny crops, most of them clear of the damaged rows
+    kw = dict(size=16, seed=0, scale=(0.01, 0.011), flip=False, on_error="skip")
+    strict = decode_random_resized_crop([bytes(data)] * 32, **kw)  # type: ignore[arg-type]
+    loose = decode_random_resized_crop([bytes(data)] * 32, verify=False, **kw)  # type: ignore[arg-type]
+    assert len(strict.index) == 0 and len(strict.skipped) == 32
+    # accepted wherever the crop's rows decode cleanly (garbled entropy data
+    # often decodes without an error until the end of the file is reached)
+    assert len(loose.index) > 0 and len(loose.index) + len(loose.skipped) == 32
