@@ -87,10 +87,9 @@ class ImageSet:
         n = len(self.files)
         if self.container == "folders":
             assert self.folder is not None
-            return (f"class folders: {len(self.folder.classes)} classes, {n:,} images "
-                    f"(labels: the sorted folder names)")
+            return f"class folders ({len(self.folder.classes)} classes, labels from the sorted names)"
         if self.container == "files":
-            return f"{n:,} image files (no labels: label 0)"
+            return f"image file{'s' if n != 1 else ''} ({n:,}, no labels: label 0)"
         kind = "TFRecord Examples" if self.container == "tfrecord" else "tar shards"
         label = f", labels {self.label_field}" if self.label_field else ", no labels (label 0)"
         return f"{kind} ({n} file{'s' if n != 1 else ''}), images in {self.image_field}{label}"

@@ -179,8 +179,10 @@ Examples:
   feedq inspect data/part-00000.parquet --json
 """)
 @click.argument("file", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Override detection from the extension / magic bytes.")
+@click.option("--format", "fmt", type=click.Choice((*FORMATS, "images")), default=None,
+              help="Override detection from the extension / magic bytes. images: an image dataset "
+                   "(detected without it: a root of class folders, a tar shard, an image file, a "
+                   "TFRecord file with image/encoded).")
 @click.option("--compression", type=_COMPRESSIONS, default=None, help=_COMPRESSION_HELP)
 @click.option("--head", type=click.IntRange(min=0), default=3, show_default=True, help="Records to show.")
 @click.option("--sample", type=click.IntRange(min=1), default=DEFAULT_SAMPLE, show_default=True,
@@ -198,10 +200,28 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
     vary, and in how many records when some lack them); records show
     decoded. SequenceExample records show their context features the same way,
     and their feature lists with kind, steps and values per step.
+
+    An image dataset (a TFRecord file of Examples with image/encoded, a tar
+    shard, a root of class folders, an image file) shows as images: their
+    count, the labels, and for a sample of --sample images the formats,
+    sizes, channels, JPEG subsampling, and the bad images by name (each
+    sampled image is fully decoded).
     """
     def body() -> None:
         from feedq.cli._inspect import inspect_file, render_text
 
+        found = _inspect_images_of(file, fmt, compression)
+        if found is not None:
+            from feedq.cli._inspect_images import inspect_images, render_images_text
+
+            report = inspect_images(found, file, sample=sample, head=head,
+                                    on_error=cast(OnError, on_error))
+            if as_json:
+                click.echo(json.dumps(report, indent=2))
+            else:
+                for line in render_images_text(report):
+                    click.echo(line)
+            return
         if os.path.isdir(file):
             raise click.UsageError(f"{file} is a folder: inspect reads one file of it "
                                    "(feedq bench reads a whole folder)")
@@ -216,6 +236,24 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
                 click.echo(line)
 
     guard(body, reads_data=True)
+
+
+def _inspect_images_of(file: str, fmt: str | None, compression: str | None) -> Any:
+    """The image dataset ``feedq inspect FILE`` is about, or None (records)."""
+    if fmt not in (None, "images") or storage.is_remote(file) or is_stream(file):
+        return None
+    from feedq.cli._imageset import detect_images, tfrecord_images
+    from feedq.cli._schema import infer_schema
+
+    found = detect_images([file])
+    if found is None and not os.path.isdir(file):
+        f, comp = _format_of([file], None, compression)
+        if f == "tfrecord":
+            found = tfrecord_images([file], infer_schema([file], f, comp, sample=10))
+    if found is None and fmt == "images":
+        raise click.UsageError(f"{file}: not an image dataset (a root of class folders, a tar shard, "
+                               "an image file, or TFRecords of Examples with image/encoded)")
+    return found
 
 
 # -- bench ---------------------------------------------------------------------------------
