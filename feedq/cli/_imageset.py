@@ -30,17 +30,25 @@ from typing import Any, Literal
 
 import numpy as np
 
+from feedq.cli._formats import is_stream
 from feedq.cli._schema import OnError, Schema
 from feedq.errors import InvalidArgumentError
 from feedq.image import (
+    ImageFolder,
     decode_random_resized_crop,
     decode_resize_center_crop,
     element_seeds,
     image_folder,
     image_format,
 )
-from feedq.image import ImageFolder
-from feedq.readers import FixedLenFeature, RecordBlock, TarReader, TFRecordReader, WholeFileReader, parse_example
+from feedq.readers import (
+    FixedLenFeature,
+    RecordBlock,
+    TarReader,
+    TFRecordReader,
+    WholeFileReader,
+    parse_example,
+)
 
 __all__ = ["AUGMENTS", "ImageDecoder", "ImageSet", "detect_images", "eval_resize", "image_schema",
            "make_image_reader"]
@@ -161,8 +169,8 @@ def detect_images(paths: list[str]) -> ImageSet | None:
         click-free ``InvalidArgumentError``: a mix of images and other files.
     """
     local = [p for p in paths if "://" not in p]
-    if len(local) != len(paths) or not paths:
-        return None
+    if len(local) != len(paths) or not paths or any(is_stream(p) for p in paths):
+        return None  # a pipe's first bytes would be lost to the reader that comes after
     if len(paths) == 1 and os.path.isdir(paths[0]):
         root = paths[0]
         subdirs = [e for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")]
@@ -185,7 +193,7 @@ def detect_images(paths: list[str]) -> ImageSet | None:
                 files.append(p)
             else:
                 return None  # the caller names the missing file
-    if not files:
+    if not files or any(is_stream(f) for f in files):
         return None
     tars = [_is_tar(f) for f in files]
     if all(tars):

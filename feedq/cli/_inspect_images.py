@@ -55,7 +55,8 @@ def inspect_images(images: ImageSet, path: str, *, sample: int, head: int,
         count = len(files)
         if images.folder is not None:
             labels_seen.update(int(x) for x in images.folder.labels.tolist())
-        picked = np.unique(np.linspace(0, count - 1, num=min(sample, count)).astype(int)) if count else []
+        picked: list[int] = (np.unique(np.linspace(0, count - 1, num=min(sample, count)).astype(int)).tolist()
+                             if count else [])
         for i in picked:
             with open(files[int(i)], "rb") as f:
                 data.append(f.read())
