@@ -177,6 +177,7 @@ Examples:
   feedq inspect data/part-00000.tfrecord
   feedq inspect data/part-00000.csv --head 10 --sample 10000
   feedq inspect data/part-00000.parquet --json
+  feedq inspect img/folders                      # images: count, labels, sizes, bad images
 """)
 @click.argument("file", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice((*FORMATS, "images")), default=None,
@@ -373,6 +374,8 @@ Examples:
   feedq bench data/*.csv --batch-size 1024 --readers 4 --records 1000000
   feedq bench data/ --shuffle --epochs 3 --on-error skip --json
   feedq bench data/ --compare --repeats 5        # beside tf.data and torch DataLoader
+  feedq bench img/tfrecord --threads 2           # images: decode + random resized crop + flip
+  feedq bench img/folders --augment eval --compare
 """)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice((*FORMATS, "images")), default=None,
