@@ -32,6 +32,9 @@ timed), interleaved in rounds, medians over the rounds:
   parameters + crop + resize (BILINEAR) + flip, uint8 collate, batch 256,
   shuffled; 0 or 2 worker processes.
 
+The ``tfdata`` and ``dataloader-*`` pipelines are those of ``feedq bench
+--compare`` on images (``feedq.cli._compare_images``).
+
 Figures: images/s (wall, one epoch), CPU ms per image (user + system of the
 process and its waited-for children, i.e. DataLoader workers), and the ratio
 to ``ceiling-2t`` of the same round. Absolute numbers on a shared machine
@@ -210,26 +213,22 @@ def run_feedq(data: Path, kind: str, threads: int, warm: bool, step_s: float = 0
 
 
 def run_tfdata(data: Path, warm: bool) -> int:
+    """tf.data's pipeline of ``feedq bench --compare`` (``feedq.cli._compare_images``)."""
     import tensorflow as tf
+
+    from feedq.cli._compare_images import tf_image_map
 
     paths = sorted(str(p) for p in (data / "tfrecord").iterdir())
     if warm:
         paths = paths[:1]
     feats = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
              "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    augment = tf_image_map(tf, SIZE, "train")
 
     def parse(rec):
         ex = tf.io.parse_single_example(rec, feats)
-        enc = ex["image/encoded"]
-        shape = tf.io.extract_jpeg_shape(enc)
-        begin, size, _ = tf.image.sample_distorted_bounding_box(
-            shape, tf.zeros([0, 0, 4]), min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3),
-            area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
-        window = tf.stack([begin[0], begin[1], size[0], size[1]])
-        img = tf.io.decode_and_crop_jpeg(enc, window, channels=3)
-        img = tf.image.resize(img, [SIZE, SIZE], antialias=True)
-        img = tf.image.random_flip_left_right(img)
-        return tf.cast(img, tf.uint8), ex["image/class/label"]
+        img, label, _ = augment(ex["image/encoded"], ex["image/class/label"])
+        return img, label
 
     ds = (tf.data.TFRecordDataset(paths).shuffle(2 * BATCH, seed=1)
           .map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH).prefetch(tf.data.AUTOTUNE))
@@ -242,38 +241,26 @@ def run_tfdata(data: Path, warm: bool) -> int:
 
 
 def run_dataloader(data: Path, workers: int, warm: bool) -> int:
+    """DataLoader + Pillow over the class folders, as ``feedq bench --compare`` runs it."""
     import torch
-    from PIL import Image
 
-    from feedq.image import image_folder, random_resized_crop_params
+    from feedq.cli._compare_images import torch_image_loader
+    from feedq.cli._imageset import detect_images, image_schema
 
     torch.set_num_threads(1)
-    folder = image_folder(data / "folders")
-    files, labels = list(folder.filenames), folder.labels.tolist()
+    found = detect_images([str(data / "folders")])
+    assert found is not None and found.folder is not None
     if warm:
-        files, labels = files[: len(files) // 8], labels[: len(labels) // 8]
-
-    class Folder(torch.utils.data.Dataset):  # type: ignore[type-arg]
-        def __len__(self) -> int:
-            return len(files)
-
-        def __getitem__(self, i: int):
-            rng = np.random.default_rng(i)
-            with Image.open(files[i]) as im:
-                im = im.convert("RGB")
-                top, left, h, w = random_resized_crop_params(im.height, im.width, rng)
-                im = im.resize((SIZE, SIZE), Image.Resampling.BILINEAR,
-                               box=(left, top, left + w, top + h))
-                if rng.random() < 0.5:
-                    im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-                return torch.from_numpy(np.asarray(im).copy()), labels[i]
-
-    loader = torch.utils.data.DataLoader(Folder(), batch_size=BATCH, shuffle=True,
-                                         num_workers=workers)
+        found.files = found.files[: len(found.files) // 8]
+        labels = found.folder.labels[: len(found.files)]
+        found.folder = type(found.folder)(found.folder.root, found.folder.classes,
+                                          tuple(found.files), labels)
+    loader = torch_image_loader(image_schema(found, "train", SIZE), workers, BATCH,
+                                shuffle_buffer=1)
     global _T0, _C0
     _T0, _C0 = time.perf_counter(), cpu_seconds()
     n = 0
-    for images, _ in loader:
+    for images, _, _ in loader:
         n += int(images.shape[0])
     return n
 

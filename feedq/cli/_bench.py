@@ -21,11 +21,13 @@ import numpy as np
 
 from feedq import input as finput
 from feedq.cli._decode import Decoder
+from feedq.cli._imageset import IMAGE_BLOCK, ImageDecoder
 from feedq.cli._schema import OnError, Schema, make_reader
 from feedq.errors import DeadlineExceededError, OutOfRangeError
 from feedq.pipeline import Pipeline, PipelineStatistics
 
-__all__ = ["BenchResult", "cpu_advice", "cpu_seconds", "run_bench", "verdict_line"]
+__all__ = ["BenchResult", "cpu_advice", "cpu_ms_per_image", "cpu_seconds", "make_decoder", "run_bench",
+           "verdict_line"]
 
 
 @dataclass
@@ -71,8 +73,17 @@ class BenchResult:
         else:
             out.update({"stages": [], "queues": [], "consumer": None,
                         "bottleneck": {"stage": DIRECT_STAGE, "reason": DIRECT_REASON}})
+        if self.format == "images":
+            out["images"] = self.records
+            out["images_per_s"] = self.records_per_s
+            out["cpu_ms_per_image"] = cpu_ms_per_image(self)
         out["verdict"] = verdict_line(self)
         return out
+
+
+def cpu_ms_per_image(result: BenchResult) -> float | None:
+    """Process CPU milliseconds (all threads, reaped children) per record delivered."""
+    return 1000 * result.cpu_seconds / result.records if result.records else None
 
 
 #: The verdict of a ``direct`` run: there is no pipeline to time.
@@ -126,11 +137,20 @@ def _verdict(result: BenchResult) -> str:
     if kinds.get(b.stage) == "batcher":
         n = threads.get(b.stage, 1)
         hint = _readers_hint(result, stats, b.stage)
-        return (f"bottleneck: the readers (read_block + decode, {n} thread{'s' if n != 1 else ''} "
+        work = "read_block + decode + augment" if result.format == "images" else "read_block + decode"
+        return (f"bottleneck: the readers ({work}, {n} thread{'s' if n != 1 else ''} "
                 f"feeding {b.stage!r}): {reason}; {hint}")
     if kinds.get(b.stage) == "producer":
         return f"bottleneck: the file names ({b.stage!r}): {b.reason}"
     return f"bottleneck: {b.stage!r}: {b.reason}"
+
+
+def make_decoder(schema: Schema, on_error: OnError) -> Decoder | ImageDecoder:
+    """The block decoder of ``schema``: records to columns, or (format
+    ``images``) encoded images to augmented uint8 batches."""
+    if schema.fmt == "images":
+        return ImageDecoder(schema, on_error)
+    return Decoder(schema, on_error)
 
 
 @dataclass
@@ -195,9 +215,9 @@ def run_bench(
     result = BenchResult(format=schema.fmt, files=len(paths), compression=schema.compression or "none")
     if shuffle and any(None in s for s in schema.shapes):
         schema = schema.padded()  # shuffle_batch cannot pad per batch (as in TF1)
-    block = block_records or max(batch_size, 4096)
+    block = block_records or (IMAGE_BLOCK if schema.fmt == "images" else max(batch_size, 4096))
     reader_objs: list[Any] = []
-    decode = Decoder(schema, on_error)
+    decode = make_decoder(schema, on_error)
     dynamic = any(None in s for s in schema.shapes)
     tally = _Tally(time.perf_counter())
     last_progress = tally.t0
@@ -337,7 +357,7 @@ def _run_direct(
         q.enqueue_many([[paths[i] for i in order]])
     q.close()
     reader = make_reader(schema, on_error, name="bench-reader")
-    decode = Decoder(schema, on_error)
+    decode = make_decoder(schema, on_error)
     tally = _Tally(time.perf_counter())
     deadline = None if duration is None else tally.t0 + duration
     try:
@@ -431,7 +451,8 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _finish(result: BenchResult, tally: _Tally, t1: float, readers: list[Any], decode: Decoder) -> None:
+def _finish(result: BenchResult, tally: _Tally, t1: float, readers: list[Any],
+            decode: Decoder | ImageDecoder) -> None:
     result.cpu_seconds = cpu_seconds() - tally.cpu0
     result.cpus = _cpus()
     result.seconds = max(1e-9, t1 - tally.t0)

@@ -305,23 +305,30 @@ def _tf_parse(tf: Any, schema: Schema) -> Callable[[Any], list[Any]]:
 # -- output -------------------------------------------------------------------------------------
 
 
-def render(rows: list[CompareRow], repeats: int, notes: dict[str, str]) -> list[str]:
-    """The comparison as text lines: one row per loader, then what each does."""
+def render(rows: list[CompareRow], repeats: int, notes: dict[str, str],
+           unit: str = "records") -> list[str]:
+    """The comparison as text lines: one row per loader, then what each does.
+    ``unit="images"``: images/s, and CPU milliseconds per image instead of CPU
+    seconds."""
     rounds = f"{repeats} round{'s' if repeats != 1 else ''}"
+    images = unit == "images"
+    cpu = "CPU ms/image" if images else "CPU s"
     out = [f"compared on the same files in this run ({rounds}, loaders alternating, medians; wall "
-           "time includes start-up and shut-down; CPU s: process + workers):"]
+           f"time includes start-up and shut-down; {cpu}: process + workers):"]
     width = max(len(r.system) for r in rows)
-    out.append(f"  {'loader'.ljust(width)}  {'records/s':>12}  {'MB/s':>8}  {'CPU s':>7}  "
-               f"{'feedq x':>8}  records/s range")
+    out.append(f"  {'loader'.ljust(width)}  {unit + '/s':>12}  {'MB/s':>8}  {cpu:>{12 if images else 7}}  "
+               f"{'feedq x':>8}  {unit}/s range")
     for r in rows:
         if not r.runs:
             out.append(f"  {r.system.ljust(width)}  {r.status}")
             continue
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
         spread = f"{min(r.records_per_s_runs):,.0f} - {max(r.records_per_s_runs):,.0f}"
+        cost = (f"{1000 * r.cpu_s / r.records if r.records else 0.0:>12.2f}" if images
+                else f"{r.cpu_s:>7.2f}")
         out.append(f"  {r.system.ljust(width)}  {r.records_per_s:>12,.0f}  {r.mb_per_s:>8,.1f}  "
-                   f"{r.cpu_s:>7.2f}  {ratio:>8}  {spread}")
-    out.append("  feedq x: feedq's records/s divided by the loader's (2.00x: feedq twice as fast)")
+                   f"{cost}  {ratio:>8}  {spread}")
+    out.append(f"  feedq x: feedq's {unit}/s divided by the loader's (2.00x: feedq twice as fast)")
     for name, text in notes.items():
         out.append(f"  {name}: {text}")
     return out

@@ -64,7 +64,8 @@ class Schema:
     """What a reader thread produces for one format.
 
     Attributes:
-        fmt: ``csv``, ``tfrecord``, ``fixed``, ``parquet`` or ``lines``.
+        fmt: ``csv``, ``tfrecord``, ``fixed``, ``parquet``, ``lines`` or
+            ``images`` (see :mod:`feedq.cli._imageset`).
         compression: ``GZIP``, ``ZLIB`` or None.
         names, dtypes, shapes: the decoded components (``None`` in a shape:
             a variable-length dimension, padded per batch).
@@ -79,6 +80,8 @@ class Schema:
         pad_varlen: decode variable-length features padded to ``widths``
             (fixed shapes, for queues that cannot pad per batch, such as
             shuffle_batch's): a record with more values is a bad record.
+        images: for format ``images``, the dataset
+            (:class:`feedq.cli._imageset.ImageSet`).
     """
 
     fmt: str
@@ -95,6 +98,7 @@ class Schema:
     sample_skipped: int = 0
     widths: dict[str, int] = field(default_factory=dict)
     pad_varlen: bool = False
+    images: Any = None
 
     def padded(self) -> Schema:
         """This schema with variable-length features padded to their sampled widths."""
@@ -106,6 +110,10 @@ class Schema:
 
 def make_reader(schema: Schema, on_error: OnError, name: str | None = None) -> Any:
     """A reader for ``schema``'s format (errors raised or skipped per ``on_error``)."""
+    if schema.fmt == "images":
+        from feedq.cli._imageset import make_image_reader
+
+        return make_image_reader(schema, on_error, name)
     if schema.fmt in ("csv", "lines"):
         return TextLineReader(skip_header_lines=schema.skip_header_lines, compression=schema.compression,
                               on_error=on_error, name=name)

@@ -23,6 +23,7 @@ import numpy as np
 from feedq import __version__, _native, storage
 from feedq.cli._cluster import cluster
 from feedq.cli._formats import FORMATS, detect_format, is_stream
+from feedq.cli._imageset import AUGMENTS
 from feedq.cli._schema import DEFAULT_SAMPLE, OnError
 from feedq.cli._util import CONTEXT, ProgramGroup, fail, guard, set_debug
 from feedq.cli.datasets import FIXED_RECORD_BYTES, LAYOUTS, make_dataset, make_image_dataset
@@ -176,10 +177,13 @@ Examples:
   feedq inspect data/part-00000.tfrecord
   feedq inspect data/part-00000.csv --head 10 --sample 10000
   feedq inspect data/part-00000.parquet --json
+  feedq inspect img/folders                      # images: count, labels, sizes, bad images
 """)
 @click.argument("file", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Override detection from the extension / magic bytes.")
+@click.option("--format", "fmt", type=click.Choice((*FORMATS, "images")), default=None,
+              help="Override detection from the extension / magic bytes. images: an image dataset "
+                   "(detected without it: a root of class folders, a tar shard, an image file, a "
+                   "TFRecord file with image/encoded).")
 @click.option("--compression", type=_COMPRESSIONS, default=None, help=_COMPRESSION_HELP)
 @click.option("--head", type=click.IntRange(min=0), default=3, show_default=True, help="Records to show.")
 @click.option("--sample", type=click.IntRange(min=1), default=DEFAULT_SAMPLE, show_default=True,
@@ -197,10 +201,28 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
     vary, and in how many records when some lack them); records show
     decoded. SequenceExample records show their context features the same way,
     and their feature lists with kind, steps and values per step.
+
+    An image dataset (a TFRecord file of Examples with image/encoded, a tar
+    shard, a root of class folders, an image file) shows as images: their
+    count, the labels, and for a sample of --sample images the formats,
+    sizes, channels, JPEG subsampling, and the bad images by name (each
+    sampled image is fully decoded).
     """
     def body() -> None:
         from feedq.cli._inspect import inspect_file, render_text
 
+        found = _inspect_images_of(file, fmt, compression)
+        if found is not None:
+            from feedq.cli._inspect_images import inspect_images, render_images_text
+
+            report = inspect_images(found, file, sample=sample, head=head,
+                                    on_error=cast(OnError, on_error))
+            if as_json:
+                click.echo(json.dumps(report, indent=2))
+            else:
+                for line in render_images_text(report):
+                    click.echo(line)
+            return
         if os.path.isdir(file):
             raise click.UsageError(f"{file} is a folder: inspect reads one file of it "
                                    "(feedq bench reads a whole folder)")
@@ -215,6 +237,24 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
                 click.echo(line)
 
     guard(body, reads_data=True)
+
+
+def _inspect_images_of(file: str, fmt: str | None, compression: str | None) -> Any:
+    """The image dataset ``feedq inspect FILE`` is about, or None (records)."""
+    if fmt not in (None, "images") or storage.is_remote(file) or is_stream(file):
+        return None
+    from feedq.cli._imageset import detect_images, tfrecord_images
+    from feedq.cli._schema import infer_schema
+
+    found = detect_images([file])
+    if found is None and not os.path.isdir(file):
+        f, comp = _format_of([file], None, compression)
+        if f == "tfrecord":
+            found = tfrecord_images([file], infer_schema([file], f, comp, sample=10))
+    if found is None and fmt == "images":
+        raise click.UsageError(f"{file}: not an image dataset (a root of class folders, a tar shard, "
+                               "an image file, or TFRecords of Examples with image/encoded)")
+    return found
 
 
 # -- bench ---------------------------------------------------------------------------------
@@ -258,15 +298,16 @@ def _refuse_streams(files: list[str], fmt: str, epochs: int = 1) -> None:
 
 def _print_table(result: Any, title: str) -> None:
     r = result
+    unit = "images" if r.format == "images" else "records"
     rows = [
         ("format", r.format),
         ("compression", r.compression),
         ("files", f"{r.files}"),
-        ("records", f"{r.records:,}"),
+        (unit, f"{r.records:,}"),
         ("batches", f"{r.batches:,}"),
         ("seconds", f"{r.seconds:.2f}"),
-        ("records/s", f"{r.records_per_s:,.0f}"),
-        ("MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
+        (f"{unit}/s", f"{r.records_per_s:,.0f}"),
+        ("MB/s (encoded images)" if unit == "images" else "MB/s (record payload)", f"{r.mb_per_s:,.1f}"),
         ("CPU seconds (process)",
          f"{r.cpu_seconds:.2f} ({r.cpu_seconds / r.seconds:.1f} of {r.cpus} CPUs)"),
         ("consumer in take (wait + copy)", f"{100 * r.consumer_wait_fraction:.1f} %"),
@@ -277,6 +318,11 @@ def _print_table(result: Any, title: str) -> None:
         ("skipped bad records/files", f"{r.skipped_errors:,}"),
         ("stopped by", r.stopped_by),
     ]
+    if unit == "images":
+        from feedq.cli._bench import cpu_ms_per_image
+
+        per = cpu_ms_per_image(r)
+        rows.insert(9, ("CPU ms per image (process)", "-" if per is None else f"{per:.2f}"))
     rows += [(k, str(v)) for k, v in r.extra.items()]
     width = max(len(k) for k, _ in rows)
     click.echo(title)
@@ -316,7 +362,10 @@ _COMPARE_HELP = (
     "fields, np.frombuffer; a collate_fn stacking the schema's dtypes); the runs alternate. Prints "
     "records/s, MB/s, CPU seconds and feedq's speed-up over each; a loader that is not installed "
     "says so. With --shuffle, each shuffles the file order and keeps a shuffle buffer of "
-    "--min-after-dequeue + --batch-size records.")
+    "--min-after-dequeue + --batch-size records. On images: tf.data (TFRecordDataset or read_file, "
+    "map of sample_distorted_bounding_box + decode_and_crop_jpeg + resize + flip, or the eval "
+    "resize + centre crop, AUTOTUNE; no tar) and DataLoader with 0 and 2 workers opening each "
+    "image with Pillow (the same crop, resize and flip), uint8 batches; images/s, CPU ms per image.")
 
 
 @main.command(context_settings=CONTEXT, epilog="""\b
@@ -325,21 +374,35 @@ Examples:
   feedq bench data/*.csv --batch-size 1024 --readers 4 --records 1000000
   feedq bench data/ --shuffle --epochs 3 --on-error skip --json
   feedq bench data/ --compare --repeats 5        # beside tf.data and torch DataLoader
+  feedq bench img/tfrecord --threads 2           # images: decode + random resized crop + flip
+  feedq bench img/folders --augment eval --compare
 """)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Override detection from the extension / magic bytes.")
+@click.option("--format", "fmt", type=click.Choice((*FORMATS, "images")), default=None,
+              help="Override detection from the extension / magic bytes. images: an image dataset "
+                   "(detected without it: a root of class folders, tar shards, image files, "
+                   "TFRecords with image/encoded; --format tfrecord reads such TFRecords as "
+                   "records).")
 @click.option("--compression", type=_COMPRESSIONS, default=None, help=_COMPRESSION_HELP)
+@click.option("--augment", type=click.Choice(AUGMENTS), default="train", show_default=True,
+              help="Images: train: decode + random resized crop --size + random flip "
+                   "(decode_random_resized_crop), shuffled by default; eval: resize the shorter "
+                   "side to --size x 8/7 + centre crop --size (decode_resize_center_crop). "
+                   "Batches are uint8 [n, size, size, 3] + int64 labels.")
+@click.option("--size", type=click.IntRange(min=1), default=224, show_default=True,
+              help="Images: the output height and width.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Records per batch delivered to the consumer.")
 @click.option("--readers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Reader objects, each with its own thread(s).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Threads per reader (reads are serialised per reader; decoding runs in parallel).")
-@click.option("--shuffle/--no-shuffle", default=False, show_default=True,
-              help="Shuffle file order and records (shuffle_batch_join).")
-@click.option("--min-after-dequeue", type=click.IntRange(min=0), default=1000, show_default=True,
-              help="Records the shuffle queue keeps after each dequeue (with --shuffle).")
+@click.option("--shuffle/--no-shuffle", default=None,
+              help="Shuffle file order and records (shuffle_batch_join). Default: no; for images "
+                   "with --augment train, yes.")
+@click.option("--min-after-dequeue", type=click.IntRange(min=0), default=None,
+              help="Records the shuffle queue keeps after each dequeue (with --shuffle). Default: "
+                   "1000; for images 2 x --batch-size.")
 @click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Passes over the files.")
 @click.option("--device", default=None, help="Deliver batches to a device (e.g. cpu, cuda:0).")
@@ -354,7 +417,9 @@ Examples:
 @click.option("--on-error", type=click.Choice(["raise", "skip"]), default="raise", show_default=True,
               help=_ON_ERROR_HELP)
 @click.option("--block-records", type=click.IntRange(min=1), default=None,
-              help="Records per reader block (default: max(batch size, 4096)); blocks are re-sliced into batches.")
+              help="Records per reader block (default: max(batch size, 4096); images: 64, one "
+                   "decode call; class folders and image files: 1 file); blocks are re-sliced into "
+                   "batches.")
 @click.option("--direct", is_flag=True,
               help="One reader in the main thread, no queues or threads: the reader+decoder limit, "
                    "as benchmarks/readers.py measures it.")
@@ -366,8 +431,9 @@ Examples:
 @click.option("--compare", is_flag=True, help=_COMPARE_HELP)
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="With --compare: rounds, each loader once per round; medians are reported.")
-def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batch_size: int, readers: int,
-          threads: int, shuffle: bool, min_after_dequeue: int, epochs: int, device: str | None,
+def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, augment: str, size: int,
+          batch_size: int, readers: int, threads: int, shuffle: bool | None,
+          min_after_dequeue: int | None, epochs: int, device: str | None,
           duration: float | None, max_records: int | None, record_bytes: int, sample: int, on_error: str,
           block_records: int | None, direct: bool, as_json: bool, progress: bool | None,
           compare: bool, repeats: int) -> None:
@@ -375,23 +441,30 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
 
     MB/s counts the payload of the records delivered (line, record or row
     bytes; not file bytes, not compressed bytes).
+
+    Image datasets (a root of class folders, tar shards, image files,
+    TFRecords of Examples with image/encoded) are decoded and augmented
+    (--augment, --size) into uint8 batches: images/s, CPU ms per image, MB/s
+    of encoded images. See docs/images.md.
     """
     def body() -> int:
         from feedq.cli._bench import run_bench
-        from feedq.cli._schema import infer_schema
 
-        files = _expand(list(paths))
-        f, comp = _format_of(files, fmt, compression)
-        _refuse_streams(files, f, epochs)
         policy = cast(OnError, on_error)
-        schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
+        files, f, schema = _bench_schema(list(paths), fmt, compression, record_bytes, policy, sample,
+                                         epochs, augment, size)
+        images = f == "images"
+        shuffled = (images and augment == "train") if shuffle is None else shuffle
+        keep = min_after_dequeue if min_after_dequeue is not None else (
+            2 * batch_size if images else 1000)
         _check_device(device)
         if compare and device:
             raise click.UsageError("--compare delivers batches on the host: drop --device")
         show = _progress_printer(sys.stderr.isatty() if progress is None else progress)
-        run = functools.partial(run_bench, files, schema, batch_size=batch_size, readers=readers,
-                                threads=threads, shuffle=shuffle,
-                                min_after_dequeue=min_after_dequeue, epochs=epochs,
+        run = functools.partial(run_bench, schema.images.files if images else files, schema,
+                                batch_size=batch_size, readers=readers,
+                                threads=threads, shuffle=shuffled,
+                                min_after_dequeue=keep, epochs=epochs,
                                 duration=duration, max_records=max_records, on_error=policy,
                                 device=device, block_records=block_records, direct=direct)
         remote = any(storage.is_remote(p) for p in files)
@@ -400,8 +473,8 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
                                    "loaders it runs beside feedq do not read URLs)")
         storage.reset_statistics()
         rows: list[Any] = []
+        buffer = keep + batch_size if shuffled else 0
         if compare:
-            buffer = min_after_dequeue + batch_size if shuffle else 0
             result, rows = _compare_runs(run, files, schema, readers=readers,
                                          batch_size=batch_size, epochs=epochs, duration=duration,
                                          max_records=max_records, repeats=repeats, show=show,
@@ -410,6 +483,10 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
             result = run(progress=show)
             if show is not None:
                 show.finish()
+        if images:
+            result.extra["dataset"] = schema.info["dataset"]
+            result.extra["augment"] = schema.info["transform"] + (
+                f", shuffled (min_after_dequeue {keep:,})" if shuffled else "")
         out = result.as_dict()
         store = storage.statistics() if remote else None
         if store is not None:
@@ -419,7 +496,9 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
         if as_json:
             click.echo(json.dumps(out, indent=2))
         else:
-            _print_table(result, f"feedq bench: {len(files)} {f} file(s)")
+            title = (f"feedq bench: images ({schema.info['container']})" if images
+                     else f"feedq bench: {len(files)} {f} file(s)")
+            _print_table(result, title)
             _print_stages(result)
             if store is not None:
                 click.echo(_store_line(store, result.seconds, readers * threads))
@@ -427,9 +506,13 @@ def bench(paths: tuple[str, ...], fmt: str | None, compression: str | None, batc
                 from feedq.cli._compare import render, what_they_do
 
                 click.echo("")
-                notes = what_they_do(schema, batch_size, readers,
-                                     min_after_dequeue + batch_size if shuffle else 0)
-                for line in render(rows, repeats, notes):
+                if images:
+                    from feedq.cli._compare_images import image_notes
+
+                    notes = image_notes(schema, batch_size, readers, buffer)
+                else:
+                    notes = what_they_do(schema, batch_size, readers, buffer)
+                for line in render(rows, repeats, notes, unit="images" if images else "records"):
                     click.echo(line)
         return 130 if result.stopped_by == "interrupted" else 0
 
@@ -457,8 +540,14 @@ def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, rea
         return Measure(r.records, r.payload_bytes, wall, cpu)
 
     what = f"this pipeline ({readers} reader{'s' if readers != 1 else ''}, batches of {batch_size})"
-    others = competitors(files, schema, batch_size=batch_size, readers=readers,
-                         shuffle_buffer=shuffle_buffer)
+    if schema.fmt == "images":
+        from feedq.cli._compare_images import image_competitors
+
+        others = image_competitors(schema, batch_size=batch_size, readers=readers,
+                                   shuffle_buffer=shuffle_buffer)
+    else:
+        others = competitors(files, schema, batch_size=batch_size, readers=readers,
+                             shuffle_buffer=shuffle_buffer)
     systems = [System("feedq", what, feedq_run), *others]
     limits = Limits(batch_size, epochs, duration, max_records, readers, shuffle_buffer)
     rows, interrupted = compare(systems, limits, repeats,
@@ -471,6 +560,31 @@ def _compare_runs(run: Callable[..., Any], files: list[str], schema: Any, *, rea
     if interrupted:
         result.stopped_by = "interrupted"
     return result, rows
+
+
+def _bench_schema(paths: list[str], fmt: str | None, compression: str | None, record_bytes: int,
+                  policy: OnError, sample: int, epochs: int, augment: str, size: int,
+                  ) -> tuple[list[str], str, Any]:
+    """(files, format, schema) of what bench reads: an image dataset's
+    (format ``images``, see ``feedq.cli._imageset``) or the records' inferred schema."""
+    from feedq.cli._imageset import detect_images, image_schema, tfrecord_images
+    from feedq.cli._schema import infer_schema
+
+    found = detect_images(paths) if fmt in (None, "images") else None
+    if found is not None:
+        return found.files, "images", image_schema(found, cast(Any, augment), size)
+    files = _expand(paths)
+    f, comp = _format_of(files, None if fmt == "images" else fmt, compression)
+    _refuse_streams(files, f, epochs)
+    schema = infer_schema(files, f, comp, record_bytes, on_error=policy, sample=sample)
+    if fmt in (None, "images"):
+        found = tfrecord_images(files, schema)
+        if found is not None:
+            return files, "images", image_schema(found, cast(Any, augment), size)
+    if fmt == "images":
+        raise click.UsageError(f"{paths[0]}: not an image dataset (a root of class folders, tar "
+                               "shards, image files, or TFRecords of Examples with image/encoded)")
+    return files, f, schema
 
 
 def _expand(paths: list[str]) -> list[str]:
