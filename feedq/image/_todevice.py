@@ -94,6 +94,18 @@ class ToDeviceFloat:
         self._constants: dict[str, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable (a process stage, a DataLoader worker): without the lock
+        # and the per-device constants, which are rebuilt on first use.
+        state = dict(self.__dict__)
+        del state["_lock"], state["_constants"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._constants = {}
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         return (f"ToDeviceFloat(mean={self.mean}, std={self.std}, dtype={self.dtype!r}, "
                 f"layout={self.layout!r})")

@@ -317,6 +317,14 @@ def test_to_device_float_dtypes_by_any_name() -> None:
         ToDeviceFloat(MEAN, STD)([[1]])
 
 
+def test_to_device_float_pickles() -> None:
+    to_float = ToDeviceFloat(MEAN, STD, dtype=torch.float16)
+    to_float(torch.from_numpy(images(0)))  # builds its cached constants
+    again = pickle.loads(pickle.dumps(to_float))
+    assert repr(again) == repr(to_float)
+    assert torch.equal(again(torch.from_numpy(images(1))), reference(images(1), torch.float16))
+
+
 def test_to_device_float_never_imports_torch() -> None:
     """On NumPy arrays it works without torch (the layer rule, checked by
     lint-imports, keeps feedq.image from importing the devices layer)."""
