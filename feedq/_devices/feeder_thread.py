@@ -213,7 +213,8 @@ class FeederThread:
                 feeder, the component, the replica and the batch.
         """
         structure = self.structure
-        assert structure is not None
+        if structure is None:
+            raise RuntimeError("transform before structure")
         for r, out in deliveries:
             for c, fn in enumerate(self.transforms):
                 if fn is None:
