@@ -13,6 +13,10 @@ touches the result.
 * :class:`HostEngine` — the same protocol for the CPU: copies run later, in
   order, on a named copy thread, and events are ``threading.Event``s. It
   exercises the buffer-recycling logic on machines without CUDA.
+
+A feeder's ``device_transform`` goes through ``engine.transform``: on CUDA
+it is issued on the copy stream (after the copy, before the recorded
+event); on the host engine it waits for the copies issued so far, then runs.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,6 +66,8 @@ class HostEngine:
         self._work = threading.Condition(self._mutex)
         self._tasks: deque[Any] = deque()  # guarded by self._mutex
         self._closed = False  # guarded by self._mutex
+        # Copies issued since the last transform waited for them (feeder thread only).
+        self._unsynced = False
         self._thread = threading.Thread(target=self._run, name=f"{name}-copy", daemon=True)
         self._thread.start()
 
@@ -79,7 +86,15 @@ class HostEngine:
         with self._mutex:
             self._tasks.append((dst, src))
             self._work.notify()
+        self._unsynced = True
         return dst
+
+    def transform(self, fn: Callable[[Any], Any], value: Any, torch_device: str) -> Any:
+        """``fn(value)`` once the copies issued so far are done (they fill ``value``)."""
+        if self._unsynced:
+            self.wait(self.record(), None)
+            self._unsynced = False
+        return fn(value)
 
     def record(self) -> list[Any]:
         """An event set once the copies scheduled so far are done."""
@@ -168,6 +183,21 @@ class CudaEngine:
             dst.copy_(src, non_blocking=True)
         self._pending.add(index)
         return dst
+
+    def transform(self, fn: Callable[[Any], Any], value: Any, torch_device: str) -> Any:
+        """``fn(value)`` on the device's copy stream, so it runs after the copy
+        and before the event :meth:`record` puts on that stream; a host
+        component's ``fn`` runs at once."""
+        torch = self._torch
+        index = torch.device(torch_device).index
+        if index is None or index not in self._streams:
+            return fn(value)
+        with torch.cuda.device(index), torch.cuda.stream(self._streams[index]):
+            # Allocated on the side stream too: hand_over() records the
+            # consumer's stream on the result, as on a copy's.
+            result = fn(value)
+        self._pending.add(index)
+        return result
 
     def record(self) -> list[Any]:
         """One event per device copied to since the last call."""

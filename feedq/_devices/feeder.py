@@ -36,7 +36,7 @@ import numpy as np
 from feedq._core import scope as _scope
 from feedq._core.timeouts import resolve_timeout
 from feedq._devices.extras import require
-from feedq._devices.feeder_thread import _JOIN_S, FeederThread
+from feedq._devices.feeder_thread import _JOIN_S, FeederThread, Transform
 from feedq._devices.handoff import _END, FeederStatistics, _Item, _State
 from feedq._devices.placement import _DEVICE_KINDS, DeviceConfig, Placement, get_device_config
 from feedq._devices.source import BatchSource, is_queue
@@ -145,6 +145,20 @@ class DeviceFeeder:
             for shard0, shard1 in feeder:
                 ...
 
+    Device transforms: ``device_transform=`` converts components where they
+    arrive, so the host and the copy keep the source's (small) dtype, e.g.
+    uint8 NHWC images on the host, normalised float NCHW on the GPU with
+    ``device_transform={"image": feedq.image.ToDeviceFloat(mean=..., std=...)}``.
+    A transform gets one replica's component as the consumer would (a torch
+    tensor for ``output="torch"``) and returns its replacement; it runs in
+    the feeder thread, once per replica per batch: on a GPU on the copy
+    stream, right after the copy and before the event the consumer waits
+    on; on the host after the copy is done (staged) or on the source's array
+    (not staged: make a new array, do not modify it in place). An error in
+    it reaches the consumer like a source error, after the batches before
+    it, with a note naming the component, replica and batch; the batch it
+    failed on counts as not delivered (a restored state delivers it again).
+
     One consumer thread at a time. Errors from the source reach the consumer
     after the batches read before them. End of data ends iteration
     (:meth:`get` raises ``OutOfRangeError``).
@@ -183,6 +197,7 @@ class DeviceFeeder:
         config: DeviceConfig | None = None,
         name: str | None = None,
         coord: Coordinator | None = None,
+        device_transform: Transform | Mapping[Any, Transform] | None = None,
     ) -> None:
         """Creates the feeder and places its targets; the thread starts on first use.
 
@@ -203,6 +218,10 @@ class DeviceFeeder:
             name: for the thread name, placement log and errors.
             coord: a coordinator whose stop stops the feeder (see above);
                 ``None``: the coordinator of the current pipeline, if any.
+            device_transform: ``f(component) -> component`` run on each
+                replica's copy (see above): one callable for a bare-array
+                batch, or ``{component: callable}`` (names, or indices for
+                list batches).
 
         Raises:
             InvalidArgumentError: a target cannot be placed (no soft placement),
@@ -221,6 +240,11 @@ class DeviceFeeder:
             raise ValueError("give either device= or replicas=, not both")
         if replicas is not None and (isinstance(replicas, (str, Mapping)) or not replicas):
             raise ValueError("replicas must be a non-empty sequence of devices or device maps")
+        if device_transform is not None and not (
+                callable(device_transform) if not isinstance(device_transform, Mapping)
+                else all(callable(f) for f in device_transform.values())):
+            raise TypeError(f"device_transform must be a callable or a dict of callables, "
+                            f"got {device_transform!r}")
         self._mode: ReplicaMode | None = None if replicas is None else mode
         targets = [device] if replicas is None else list(replicas)
         self._prefetch = prefetch
@@ -270,7 +294,8 @@ class DeviceFeeder:
         self._feed = FeederThread(
             self.name, mode=self._mode, prefetch=prefetch, targets=self._targets,
             source=source_, put=self._put, stop=self._stop, cancel=self._cancel, coord=coord,
-            on_coord_stop=self._on_coord_stop)
+            on_coord_stop=self._on_coord_stop, transform=device_transform,
+            convert=self._convert)
         if source_.queue is not None:
             structure = Structure.of_queue(source)
             dtypes = [np.dtype(dt) for dt in source.dtypes]
@@ -453,6 +478,7 @@ class DeviceFeeder:
                 buffered=self._buffered,
                 slots=len(feed.slots), batches_read=feed.batches_read,
                 batches_delivered=self._delivered, rows_delivered=self._rows,
+                bytes_copied=feed.bytes_copied,
                 slot_waits=feed.slot_waits, waiting_for_slot=feed.waiting_for_slot,
                 waiting_for_room=self._waiting_for_room,
                 waiting_consumers=self._waiting_consumers)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,12 +25,15 @@ from feedq._devices.placement import Placement
 from feedq._devices.source import BatchSource, stage
 from feedq._devices.structure import Structure, split_bounds
 from feedq._devices.targets import Targets
-from feedq.errors import CancelledError
+from feedq.errors import CancelledError, InvalidArgumentError
 from feedq.queues import CancelToken
 
 if TYPE_CHECKING:
     from feedq._devices.feeder import ReplicaMode
     from feedq.coordinator import Coordinator
+
+#: A device transform: a batch component in, its replacement out.
+Transform = Callable[[Any], Any]
 
 # How long close() waits for the feeder and copy threads to stop.
 _JOIN_S = 5.0
@@ -61,6 +64,8 @@ class FeederThread:
         cancel: CancelToken,
         coord: Coordinator | None,
         on_coord_stop: Callable[[BaseException | None], None],
+        transform: Transform | Mapping[Any, Transform] | None = None,
+        convert: Callable[[Any], Any] = lambda a: a,
     ) -> None:
         self.name = name
         self.source = source  # replaced by the feeder's load_state_dict, before the start
@@ -71,6 +76,7 @@ class FeederThread:
         self.slots: list[Slot] = []
         self.thread: threading.Thread | None = None
         self.batches_read = 0
+        self.bytes_copied = 0
         self.slot_waits = 0
         self.waiting_for_slot = False
         self._mode = mode
@@ -81,13 +87,42 @@ class FeederThread:
         self._cancel = cancel
         self._coord = coord
         self._on_coord_stop = on_coord_stop
+        self._transform = transform
+        self._convert = convert
+        # Per component, its device transform or None (set with the structure).
+        self.transforms: list[Transform | None] = []
 
     def setup(self, structure: Structure, dtypes: list[np.dtype[Any]]) -> None:
         """Places every (replica, component) once the batch structure is known."""
+        self.transforms = self._resolve_transforms(structure)
         self.placements = self._targets.place_components(structure, dtypes)
         if self.staged:
             self.slots = [Slot(len(structure.keys)) for _ in range(self._prefetch + 1)]
         self.structure = structure
+
+    def _resolve_transforms(self, structure: Structure) -> list[Transform | None]:
+        """Per component, the device transform that applies to it.
+
+        Raises:
+            InvalidArgumentError: one callable for a batch of several
+                components, or a map naming a component the batch lacks.
+        """
+        transform = self._transform
+        if transform is None:
+            return [None] * len(structure.keys)
+        if not isinstance(transform, Mapping):
+            if structure.kind != "bare":
+                raise InvalidArgumentError(
+                    f"{self.name}: device_transform is one callable but the batch has "
+                    f"components {[str(k) for k in structure.keys]}: give a dict "
+                    f"{{component: callable}}")
+            return [transform]
+        unknown = [k for k in transform if k not in structure.keys]
+        if unknown:
+            raise InvalidArgumentError(
+                f"{self.name}: device_transform names {[str(k) for k in unknown]}, not "
+                f"components of the batch {[str(k) for k in structure.keys]}")
+        return [transform.get(k) for k in structure.keys]
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name=f"feedq-feeder-{self.name}",
@@ -153,14 +188,50 @@ class FeederThread:
                 elif self.placements[r][c].is_gpu or host_engine:
                     out.append(self.engine.copy(slot, c, a, b,
                                                  self.placements[r][c].torch_device))
+                    self.bytes_copied += comp[a:b].nbytes
                 else:
                     # A host component of a CUDA-staged feeder: the slot will be reused.
                     out.append(comp[a:b].copy())
             deliveries.append((r, out))
+        if any(self.transforms):
+            self._transform_all(deliveries, index)
         events: list[Any] = []
         if slot is not None:
+            # After the transforms: the consumer waits for them too, and the slot
+            # is refilled only once they (and the copies) are done.
             events = slot.events = self.engine.record()
         return _Item(deliveries, events, rows)
+
+    def _transform_all(self, deliveries: list[tuple[int, list[Any]]], index: int) -> None:
+        """Runs the device transforms on each replica's copies, in place in
+        ``deliveries``: on a CUDA device on its copy stream (after the copy,
+        before the event the consumer waits on), on the host copy engine once
+        its copies are done, elsewhere at once.
+
+        Raises:
+            Exception: what a transform raised, with a note naming the
+                feeder, the component, the replica and the batch.
+        """
+        structure = self.structure
+        if structure is None:
+            raise RuntimeError("transform before structure")
+        for r, out in deliveries:
+            for c, fn in enumerate(self.transforms):
+                if fn is None:
+                    continue
+                placement = self.placements[r][c]
+                value = self._convert(out[c])
+                try:
+                    if self.engine is None:
+                        out[c] = fn(value)
+                    else:
+                        out[c] = self.engine.transform(fn, value, placement.torch_device)
+                except Exception as exc:
+                    exc.add_note(
+                        f"{self.name}: in the device_transform of component "
+                        f"{structure.keys[c]!r} (replica {r}, on {placement.torch_device}), "
+                        f"batch {index} of the feeder")
+                    raise
 
     def _stop_error(self, exc: BaseException) -> BaseException:
         """What the consumer gets for ``exc``, raised by the source.
@@ -200,8 +271,8 @@ class FeederThread:
                     return
                 if slot is None and self.slots:
                     slot = self.slots[0]  # an iterable's first batch was staged in _read
+                self.batches_read += 1  # taken from the source, even if delivering fails
                 item = self._deliver(comps, slot, index)
-                self.batches_read += 1
                 index += 1
                 if not self._put(item):
                     return

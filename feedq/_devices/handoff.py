@@ -36,6 +36,11 @@ class FeederStatistics:
         batches_delivered: items returned to the consumer.
         rows_delivered: rows returned, counted once per row of the source
             (a broadcast row reaching N replicas counts once).
+        bytes_copied: bytes the copy engine moved from the staging slots to
+            the targets (host to device on a GPU), summed over replicas (a
+            broadcast batch reaching N replicas counts N times), as staged:
+            before any ``device_transform`` (uint8 images count one byte per
+            value). 0 when nothing is staged.
         slot_waits: times the feeder thread had to wait for a slot's copies.
         waiting_for_slot: True while the feeder thread waits for a slot.
         waiting_for_room: True while the feeder thread waits for the consumer.
@@ -50,6 +55,7 @@ class FeederStatistics:
     batches_read: int
     batches_delivered: int
     rows_delivered: int
+    bytes_copied: int
     slot_waits: int
     waiting_for_slot: bool
     waiting_for_room: bool

@@ -16,6 +16,10 @@ The fused batch crops are the fast path of a training input pipeline::
     batch.images            # [k, 224, 224, 3] uint8
     batch.index             # rows of the block they come from
 
+Normalisation can wait for the device: :class:`ToDeviceFloat` is the
+``device_transform=`` of a :class:`~feedq.devices.DeviceFeeder`, so host
+memory and the copy to the device stay uint8.
+
 See ``docs/images.md``.
 """
 
@@ -52,6 +56,7 @@ from feedq.image._decode import (
 )
 from feedq.image._extras import JPEG_CROP
 from feedq.image._folders import ImageFolder, image_folder
+from feedq.image._todevice import ToDeviceFloat
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -61,6 +66,7 @@ __all__ = [
     "RESAMPLE",
     "ResizeMethod",
     "SkippedImage",
+    "ToDeviceFloat",
     "central_crop",
     "decode_and_crop_jpeg",
     "decode_bmp",

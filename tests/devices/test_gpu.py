@@ -108,6 +108,36 @@ def test_replica_modes_on_gpus(mode: str) -> None:
         assert rows == list(range(64))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["float32", "float16"])
+def test_device_transform_runs_on_the_copy_stream_and_the_consumer_sees_it_done(
+        dtype: Any) -> None:
+    """uint8 NHWC staged and copied, normalised on the GPU on the copy stream:
+    a consumer whose stream is busy still reads finished values (it waits on
+    the event recorded after the transform), equal to the formula computed
+    on the same device."""
+    from feedq.image import ToDeviceFloat
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    rng = np.random.default_rng(0)
+    host = [rng.integers(0, 256, (8, 32, 48, 3), dtype=np.uint8) for _ in range(6)]
+    to_float = ToDeviceFloat(mean, std, dtype=dtype)
+    feeder = DeviceFeeder([{"image": x, "label": np.arange(8)} for x in host], device="cuda:0",
+                          prefetch=2, device_transform={"image": to_float})
+    m = torch.tensor(mean, device="cuda:0").view(1, 3, 1, 1)
+    s = torch.tensor(std, device="cuda:0").view(1, 3, 1, 1)
+    with feeder:
+        for x, batch in zip(host, feeder):
+            torch.cuda._sleep(2_000_000)  # keep the consumer's stream busy
+            y = batch["image"]
+            assert y.is_cuda and y.dtype == dtype and y.shape == (8, 3, 32, 48)
+            ref = ((torch.from_numpy(x).cuda().permute(0, 3, 1, 2).float() / 255 - m) / s)
+            assert torch.equal(y, ref.to(dtype))
+        assert {h.dtype for slot in feeder._feed.slots for h in slot.host[:1]} == {np.dtype(np.uint8)}
+    stats = feeder.statistics()
+    assert stats.batches_delivered == 6
+    assert stats.bytes_copied == 6 * (8 * 32 * 48 * 3 + 8 * 8)
+
+
 def test_string_component_soft_placed_on_host(caplog: pytest.LogCaptureFixture) -> None:
     set_device_config(DeviceConfig(allow_soft_placement=True))
     q = feedq.FIFOQueue(8, [np.float32, feedq.STRING], shapes=[(), ()], names=["x", "s"])
