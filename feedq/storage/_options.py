@@ -111,7 +111,8 @@ def statistics() -> dict[str, float]:
     retries included); ``bytes`` (bytes received); ``retries`` (requests
     repeated after a transient failure); ``throttled`` (failures the store
     called throttling, which lower the requests in flight); ``wait_s``
-    (seconds readers waited for the store: blocks not yet arrived); and
+    (seconds readers waited for the store: opens, and blocks not yet
+    arrived); and
     ``failures`` (reads that failed after their retry budget);
     ``opened_ahead`` (opens served by a file opened ahead from a producer's
     hints: its metadata and first block were asked for before the reader

@@ -301,7 +301,11 @@ def open_remote(name: bytes | str) -> RemoteFile:
             count(opened_ahead=1)
             return opened
     count(blocking_requests=1)
-    return _open(name)
+    t0 = time.monotonic()
+    try:
+        return _open(name)
+    finally:
+        count(wait_s=time.monotonic() - t0)  # the reader waited for the open too
 
 
 def _open(name: bytes | str) -> RemoteFile:
