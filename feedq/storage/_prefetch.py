@@ -14,8 +14,9 @@ only the bytes of a file's first block may already be there.
 Bounds: per :class:`Hints`, at most ``prefetch_files`` files are held open
 ahead, each with at most one block (``block_bytes``) requested or
 buffered. A hinted name the readers pass over (another process took it, a
-reader waits long between taking and opening it) is dropped once
-``_PASSED`` later names were opened; :meth:`Hints.close` (the pipeline's
+reader waits long between taking and opening it) gives its room to the
+names after it once ``_STALE`` later names were opened, and is forgotten
+after ``_PASSED``; :meth:`Hints.close` (the pipeline's
 shutdown, or the producer collected) drops all of its files; a forked
 child forgets the parent's (the clients are the parent's).
 """
@@ -35,6 +36,8 @@ from feedq.storage._url import is_remote
 
 #: A hinted name is dropped after this many names hinted after it were opened.
 _PASSED = 16
+#: A file opened ahead gives its room to later names once passed over this often.
+_STALE = 2
 #: Names looked at, from the oldest unopened, when a file is opened.
 _SCAN = 64
 #: Names taken from a queue but not yet opened, beyond its capacity (readers between the two).
@@ -149,14 +152,23 @@ class Hints:
                 self._runs.popleft()
 
     def _fill(self) -> None:
-        # Under _lock: the first prefetch_files entries opening ahead.
+        # Under _lock: the next entries not passed over opening ahead, at most
+        # prefetch_files at a time; files passed over twice or more (not taken
+        # by a reader of this process, it seems) make room for them.
         self._look()
         depth = options().prefetch_files
-        for k, entry in enumerate(self._upcoming):
-            if k >= depth:
-                break
-            if entry.future is None:
-                entry.start()
+        started = sum(1 for e in self._upcoming if e.future is not None)
+        stale = deque(e for e in self._upcoming if e.future is not None and e.passed >= _STALE)
+        for entry in self._upcoming:
+            if entry.future is not None or entry.passed >= _STALE:
+                continue
+            if started >= depth:
+                if not stale:
+                    break
+                stale.popleft().drop()
+                started -= 1
+            entry.start()
+            started += 1
 
     def _take(self, name: str) -> _Ahead | None:
         # Under _lock: the entry of `name`, removed, if this producer hinted it.

@@ -159,3 +159,77 @@ def test_a_state_taken_while_files_are_opened_ahead_resumes_exactly(
         _resumable(urls)
         rest = [list(b) for b in pipe]
     assert first + rest == whole
+
+
+# ------------------------------------------------ the bounds, without a server
+@pytest.fixture
+def gs_files(tmp_path: Path) -> Any:
+    """40 objects on ``gs://`` (a registered local filesystem), 3 opened ahead."""
+    import dataclasses
+
+    import pyarrow.fs as pafs
+
+    (tmp_path / "bkt").mkdir()
+    for i in range(40):
+        (tmp_path / "bkt" / f"{i:02d}").write_bytes(bytes([i]) * 3000)
+    storage.register_filesystem("gs://", pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    old = storage.configure(block_bytes=1000, read_ahead=2, prefetch_files=3)
+    storage.open_remote("gs://bkt/00").close()  # a remote open: opening ahead is on
+    try:
+        yield [f"gs://bkt/{i:02d}" for i in range(40)]
+    finally:
+        storage.configure(**dataclasses.asdict(old))
+        storage.register_filesystem("gs://", None)
+
+
+def test_files_opened_ahead_are_bounded_and_names_passed_over_are_dropped(
+        gs_files: list[str]) -> None:
+    hints = storage.Hints(capacity=64)
+    hints.add(gs_files[1:])
+    assert hints.held() == 3  # 01, 02, 03: prefetch_files, however many names
+    storage.reset_statistics()
+    # Readers that never take 01..19 (another process did): 17 opens pass them over.
+    for name in gs_files[20:37]:
+        f = storage.open_remote(name)
+        assert f.read(3000) == bytes([int(name[-2:])]) * 3000
+        f.close()
+        assert hints.held() <= 3
+    st = storage.statistics()
+    # 01..03 give their room to the names after 21 once passed over twice: 20 and 21 are
+    # opened on the readers' path, 22..36 had been opened ahead.
+    assert st["opened_ahead"] == 17 - 2 and st["blocking_requests"] == 2 * 2
+    assert [e.name for e in hints._upcoming if e.future is not None] == gs_files[37:40]
+    assert all(e.name not in gs_files[1:20] for e in hints._upcoming)  # passed over: gone
+    hints.close()
+    assert hints.held() == 0 and not hints._upcoming
+
+
+def test_only_the_last_capacity_names_hinted_before_an_epoch_are_kept(
+        gs_files: list[str]) -> None:
+    hints = storage.Hints(capacity=4)
+    hints.add(gs_files[:30])
+    hints.add(gs_files[30:])
+    older = [e.name for e in hints._upcoming]
+    pending = sum(len(r[0]) - r[1] for r in hints._runs)
+    # At most capacity + _SLACK (8) of the first 30 can still be in the queue.
+    assert len([n for n in older if n in gs_files[:30]]) <= 12
+    assert gs_files[29] in older and gs_files[0] not in older
+    assert pending + len(older) <= 12 + 10
+    assert hints.held() <= 3
+    hints.close()
+
+
+def test_a_file_resumed_inside_its_first_block_uses_the_block_opened_ahead(
+        gs_files: list[str]) -> None:
+    hints = storage.Hints(capacity=8)
+    hints.add([gs_files[5]])
+    storage.reset_statistics()
+    f = storage.open_remote(gs_files[5])
+    f.seek(700)  # inside the first 1,000-byte block: no request for it again
+    assert f.read(800) == bytes([5]) * 800
+    f.close()
+    st = storage.statistics()
+    # Neither the open nor the first block waited for a request sent only then
+    # (a seek away from the block ahead would have asked for it again).
+    assert st["opened_ahead"] == 1 and st["blocking_requests"] == 0
+    hints.close()
