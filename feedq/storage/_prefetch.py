@@ -92,6 +92,8 @@ class Hints:
         self._closed = False  # guarded by _lock
         with _lock:
             _owners.add(self)
+        # Collected without close(): its files are dropped (no lock taken: a
+        # finalizer may run in a thread holding it; nothing else can reach them).
         weakref.finalize(self, _drop_all, self._upcoming)
 
     def add(self, names: Sequence[Any] | Any) -> None:
@@ -127,7 +129,8 @@ class Hints:
             self._closed = True
             self._runs.clear()
             self._pending = 0
-            upcoming, self._upcoming = self._upcoming, deque()
+            upcoming = deque(self._upcoming)
+            self._upcoming.clear()  # in place: the finalizer holds this deque
         _drop_all(upcoming)
 
     def held(self) -> int:
@@ -186,7 +189,8 @@ class Hints:
                     other.drop()
                     continue
             kept.append(other)
-        self._upcoming = kept
+        self._upcoming.clear()  # in place: the finalizer holds this deque
+        self._upcoming.extend(kept)
         return entry
 
 

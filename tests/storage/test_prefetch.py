@@ -233,3 +233,25 @@ def test_a_file_resumed_inside_its_first_block_uses_the_block_opened_ahead(
     # (a seek away from the block ahead would have asked for it again).
     assert st["opened_ahead"] == 1 and st["blocking_requests"] == 0
     hints.close()
+
+
+def test_hints_collected_without_close_drop_their_files(gs_files: list[str]) -> None:
+    import gc
+
+    hints = storage.Hints(capacity=8)
+    hints.add(gs_files[1:4])
+    storage.open_remote(gs_files[0]).close()  # an open: the window fills
+    upcoming = hints._upcoming
+    futures = [e.future for e in upcoming]
+    assert len(futures) == 3 and all(f is not None for f in futures)
+    hints.add(gs_files[4:6])  # adding and taking keep the deque the finalizer holds
+    storage.open_remote(gs_files[1]).close()
+    assert hints._upcoming is upcoming
+    del hints
+    gc.collect()
+    assert not upcoming  # every file opened ahead was dropped
+    for f in futures[1:]:
+        assert f is not None
+        if not f.cancelled():
+            # Closed by the future's callback, which may run just after its result is set.
+            assert f.result(timeout=10)._closed.wait(10), "a file opened ahead was left open"
