@@ -29,6 +29,12 @@ Usage::
 
     python benchmarks/remote.py                  # 400k records per set, 3 rounds
     python benchmarks/remote.py --quick          # 100k records, 3 rounds
+    python benchmarks/remote.py --quick --files 64 --latencies 0.05 --compare-open-ahead
+        # many small files at +50 ms, with and without opening the next files ahead
+
+"blocking requests": requests a reader sent only when it needed their answer
+(``storage.statistics()["blocking_requests"]``): the round trips on the
+readers' path, per run.
 """
 
 from __future__ import annotations
@@ -188,7 +194,7 @@ class PeakHeld:
         while not self._stop.wait(0.002):
             for rf in list(self._files):
                 held = len(rf._cur) + sum(
-                    len(f.result()) for _, f in list(rf._ahead) if f.done() and not f.exception())
+                    len(f.result()) for _, _, f in list(rf._ahead) if f.done() and not f.exception())
                 self.peak = max(self.peak, held)
             self._files[:] = [f for f in self._files if not f.closed]
 
@@ -209,6 +215,13 @@ def main() -> None:
     ap.add_argument("--read-ahead", type=int, default=4)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default=",".join(SETS))
+    ap.add_argument("--latencies", default=",".join(str(x) for x in LATENCIES),
+                    help="injected round trips, seconds (comma-separated)")
+    ap.add_argument("--prefetch-files", type=int, default=None,
+                    help="files opened ahead per producer (default: StorageOptions' default)")
+    ap.add_argument("--compare-open-ahead", action="store_true",
+                    help="also run each s3 row with prefetch_files=0 (no file opened ahead), "
+                         "interleaved in the same rounds")
     args = ap.parse_args()
     if args.quick:
         args.records = 100_000
@@ -220,12 +233,16 @@ def main() -> None:
     header("benchmarks/remote.py: reading from a loopback S3 server vs local disk")
     block = int(args.block_mib * (1 << 20))
     storage.configure(block_bytes=block, read_ahead=args.read_ahead)
+    if args.prefetch_files is not None:
+        storage.configure(prefetch_files=args.prefetch_files)
     print(f"# {args.records:,} records per set in {args.files} files; {args.readers} readers; "
           f"read-ahead {args.read_ahead} x {block / (1 << 20):g} MiB per open file; "
+          f"{storage.options().prefetch_files} files opened ahead; "
           f"{args.rounds} rounds; server and proxies in their own process")
     # The server and the proxies run in another process: in this one they
     # would share the readers' GIL.
-    server = subprocess.Popen([sys.executable, "-c", _SERVER, ",".join(str(x) for x in LATENCIES)],
+    latencies = tuple(float(x) for x in args.latencies.split(","))
+    server = subprocess.Popen([sys.executable, "-c", _SERVER, ",".join(str(x) for x in latencies)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               cwd=str(Path(__file__).resolve().parents[1]))
     assert server.stdout is not None
@@ -241,6 +258,8 @@ def main() -> None:
             _filesystems._clients.clear()
     rows = []
     notes = []
+    default_ahead = storage.options().prefetch_files
+    variants = (default_ahead, 0) if args.compare_open_ahead else (default_ahead,)
     with tempfile.TemporaryDirectory(prefix="feedq-remote-bench-") as tmp:
         for name in args.only.split(","):
             fmt, comp = SETS[name]
@@ -259,36 +278,46 @@ def main() -> None:
             peak = PeakHeld()
             for _ in range(args.rounds):
                 res.setdefault("local", []).append(run_pipeline(paths, kind, comp, args.readers))
-                for lat in LATENCIES:
+                for lat in latencies:
                     use(lat)
                     ms = int(lat * 1000)
-                    storage.reset_statistics()
-                    res.setdefault(f"s3 +{ms} ms", []).append(
-                        run_pipeline(urls, kind, comp, args.readers,
-                                     firsts if ms == 50 else None))
-                    st = storage.statistics()
-                    res.setdefault(f"wait {ms}", []).append(st["wait_s"])
+                    for ahead in variants:
+                        storage.configure(prefetch_files=ahead)
+                        tag = "" if ahead == default_ahead else " no open-ahead"
+                        storage.reset_statistics()
+                        res.setdefault(f"s3 +{ms} ms{tag}", []).append(
+                            run_pipeline(urls, kind, comp, args.readers,
+                                         firsts if ms == 50 and not tag else None))
+                        st = storage.statistics()
+                        res.setdefault(f"wait {ms}{tag}", []).append(st["wait_s"])
+                        res.setdefault(f"blocking {ms}{tag}", []).append(st["blocking_requests"])
+                    storage.configure(prefetch_files=default_ahead)
                     res.setdefault(f"ceiling +{ms} ms", []).append(
                         run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
             peak.stop()
             local = statistics.median(res["local"])
-            rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", ""])
-            for lat in LATENCIES:
+            rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", "", ""])
+            for lat in latencies:
                 ms = int(lat * 1000)
-                r = statistics.median(res[f"s3 +{ms} ms"])
                 c = statistics.median(res[f"ceiling +{ms} ms"])
-                w = statistics.median(res[f"wait {ms}"])
-                rows.append([name, f"s3 +{ms} ms", f"{r / 1e3:,.0f} k", f"{r / local:.2f}",
-                             f"{c / 1e3:,.0f} k ({r / c:.2f})", f"{w:.2f} s"])
+                for ahead in variants:
+                    tag = "" if ahead == default_ahead else " no open-ahead"
+                    r = statistics.median(res[f"s3 +{ms} ms{tag}"])
+                    w = statistics.median(res[f"wait {ms}{tag}"])
+                    b = statistics.median(res[f"blocking {ms}{tag}"])
+                    rows.append([name, f"s3 +{ms} ms{tag}", f"{r / 1e3:,.0f} k",
+                                 f"{r / local:.2f}", f"{c / 1e3:,.0f} k ({r / c:.2f})",
+                                 f"{w:.2f} s", f"{b:.0f}"])
             notes.append(f"{name}: {size / 1e6:.1f} MB, {per_rec:.0f} B/record; time to first "
-                         f"batch at +50 ms: median {statistics.median(firsts):.2f} s; peak held "
+                         f"batch at +50 ms: median "
+                         f"{statistics.median(firsts) if firsts else float('nan'):.2f} s; peak held "
                          f"by one open file {peak.peak / (1 << 20):.1f} MiB (bound "
                          f"{(args.read_ahead + 1) * block / (1 << 20):g} MiB)")
     assert server.stdin is not None
     server.stdin.close()
     server.wait(timeout=30)
     print(table(rows, ["set", "source", "records/s", "x local", "ceiling records/s (x ceiling)",
-                       "readers waited on the store"]))
+                       "readers waited on the store", "blocking requests"]))
     for n in notes:
         print("#", n)
 

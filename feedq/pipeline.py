@@ -399,8 +399,14 @@ class Pipeline:
         now = self._clock.now() if ended is None else ended
         elapsed = 0.0 if started is None else now - started
         parts = self._timed_parts()
-        remote = None if started is None else StorageTiming.between(
-            self._storage_at_start, storage_statistics() if at_end is None else at_end)
+        remote = None
+        if started is not None:
+            reads = dict(storage_statistics() if at_end is None else at_end)
+            for stage, _ in parts.process:  # its workers' reads, as they last reported them
+                more = getattr(stage, "storage_statistics", None)
+                for k, v in (more() if more is not None else {}).items():
+                    reads[k] = reads.get(k, 0) + v
+            remote = StorageTiming.between(self._storage_at_start, reads)
         return collect(elapsed, parts.runners, parts.queues, parts.output_queue, parts.process,
                        batch_sizes=parts.batch_sizes, shuffles=parts.shuffles, now=now,
                        storage=remote)

@@ -202,7 +202,8 @@ class StorageTiming:
 
     The counters are ``feedq.storage.statistics()``'s, which are the
     process's: two pipelines reading remote files at the same time see each
-    other's reads.
+    other's reads. The reads of a process stage's workers are added, as each
+    worker last reported them (at most 0.5 s old while it runs).
 
     Attributes:
         files_opened: remote files opened.
@@ -211,8 +212,12 @@ class StorageTiming:
         retries: requests repeated after a transient failure.
         throttled: failures the store called throttling (503 SlowDown).
         failures: reads that failed after their retry budget.
-        wait_s: seconds readers waited for the store (blocks not yet
-            arrived), summed over reader threads.
+        wait_s: seconds readers waited for the store (opens, and blocks
+            not yet arrived), summed over reader threads.
+        opened_ahead: opens served by a file opened ahead from a producer's
+            hints (docs/storage.md).
+        blocking_requests: requests a reader sent only when it needed their
+            answer: the round trips on the readers' path.
     """
 
     files_opened: int
@@ -222,6 +227,8 @@ class StorageTiming:
     throttled: int
     failures: int
     wait_s: float
+    opened_ahead: int = 0
+    blocking_requests: int = 0
 
     @classmethod
     def between(cls, start: Mapping[str, float], now: Mapping[str, float]) -> StorageTiming | None:
@@ -234,7 +241,8 @@ class StorageTiming:
             files_opened=int(d.get("files_opened", 0)), requests=int(d.get("requests", 0)),
             bytes=int(d.get("bytes", 0)), retries=int(d.get("retries", 0)),
             throttled=int(d.get("throttled", 0)), failures=int(d.get("failures", 0)),
-            wait_s=float(d.get("wait_s", 0.0)),
+            wait_s=float(d.get("wait_s", 0.0)), opened_ahead=int(d.get("opened_ahead", 0)),
+            blocking_requests=int(d.get("blocking_requests", 0)),
         )
 
 

@@ -111,14 +111,15 @@ def _producer(
     q = FIFOQueue(capacity, [STRING if arr.dtype == object else arr.dtype], shapes=[list(shape)],
                   shared_name=shared_name, name=name)
     n = arr.shape[0]
+    hints = _hints(arr, capacity, kind)
 
     def enqueue_epoch() -> None:
         # One op enqueues a whole epoch: epochs are contiguous, never mixed (IP2).
         epoch = epochs.next()
-        if shuffle:
-            q.enqueue_many(arr[epoch_order(n, seed, epoch)])
-        else:
-            q.enqueue_many(arr)
+        names = arr[epoch_order(n, seed, epoch)] if shuffle else arr
+        if hints is not None:
+            hints.add(names)  # the names the readers will take next, in order
+        q.enqueue_many(names)
 
     runner = QueueRunner(q, gate_ops([enqueue_epoch], q), cancel_op=cancel_op)
     register_runner(runner)
@@ -153,9 +154,38 @@ def _resumable_producer(
     state = pipe.resumption.add_producer(part)  # the pipeline's state=..., if any
     if state is not None:
         restore_producer(part, state)  # before the runner can run
-    runner = QueueRunner(q, gate_ops([part.enqueue_op(q)], q), cancel_op=cancel_op)
+    hints = _hints(arr, capacity, kind)
+    target: Any = q if hints is None else _Hinting(q, hints)
+    runner = QueueRunner(q, gate_ops([part.enqueue_op(target)], q), cancel_op=cancel_op)
     register_runner(runner)
     return Stage(q, runner, names=None, single=True, epochs=epochs, resumption=part)
+
+
+def _hints(arr: np.ndarray[Any, Any], capacity: int, kind: str) -> storage.Hints | None:
+    """Hints for the storage layer, which opens the next remote files ahead
+    (``StorageOptions.prefetch_files``), when the strings are URLs of a store
+    (the first 16 are looked at). Closed with the pipeline, or when the
+    producer is collected."""
+    if kind != "string" or arr.dtype != object:
+        return None
+    if not any(isinstance(x, (str, bytes)) and storage.is_remote(x) for x in arr[:16]):
+        return None
+    hints = storage.Hints(capacity)
+    _scope.register_closeable(hints)
+    return hints
+
+
+class _Hinting:
+    """The queue as a resumable producer's op sees it: the names of each
+    ``enqueue_many`` are hinted first (column 0; column 1 is unit codes)."""
+
+    def __init__(self, q: FIFOQueue, hints: storage.Hints) -> None:
+        self._q = q
+        self._hints = hints
+
+    def enqueue_many(self, vals: Any, timeout: float | None = None, *, cancel: Any = None) -> None:
+        self._hints.add(vals[0])
+        self._q.enqueue_many(vals, timeout, cancel=cancel)
 
 
 def input_producer(

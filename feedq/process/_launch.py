@@ -173,6 +173,7 @@ class WorkerHandle:
         self.produced = 0
         self.replies: dict[int, tuple[Any, ...]] = {}  # state requests answered
         self.stopped = False  # stop_workers ended it and freed what it announced
+        self.storage: dict[str, float] = {}  # its remote reads since it started, as it last said
 
     def send(self, msg: tuple[Any, ...]) -> None:
         if not self.conn_open or self.exited:

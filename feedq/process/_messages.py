@@ -134,6 +134,9 @@ class WorkerChannel:
         elif kind == "state":
             h.replies[msg[1]] = msg
             return
+        elif kind == "storage":
+            h.storage = msg[1]  # its remote reads since it started, in all
+            return
         else:  # pragma: no cover - a protocol error
             raise DataLossError(f"process stage worker {h.index}: unexpected message {kind!r}")
         if self._first_ready:

@@ -643,6 +643,16 @@ class ProcessStage:
             f"{'exited' if h.exited or not h.process.is_alive() else 'alive'}, "
             f"{h.received} batches received)" for h in waited)
 
+    def storage_statistics(self) -> dict[str, float]:
+        """The remote reads of this stage's workers, added up: the keys of
+        ``feedq.storage.statistics()``, as each worker last reported them
+        (at most 0.5 s old while it runs; exact after each epoch's end)."""
+        total: dict[str, float] = {}
+        for h in list(self._channel.handles):
+            for k, v in dict(h.storage).items():
+                total[k] = total.get(k, 0) + v
+        return total
+
     def statistics(self) -> ProcessStageStatistics:
         """A snapshot (see :class:`ProcessStageStatistics`)."""
         handles = list(self._channel.handles)

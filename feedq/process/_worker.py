@@ -20,6 +20,11 @@ Messages, worker -> parent (all small; payloads never travel in them):
 * ``("end", epoch, count)``: the epoch's last batch was sent;
 * ``("done",)``: every epoch was sent; the worker waits for ``stop``;
 * ``("error", epoch, pickled exception or None, type name, message, traceback)``.
+* ``("storage", counters)``: this worker's remote reads since it started
+  (``feedq.storage.statistics()`` less what it had at its start, which a
+  forked worker inherits), sent when they changed, at most every
+  ``_STORAGE_EVERY_S`` with the batches and before ``end``, ``done`` and
+  ``error``; the parent adds them to ``Pipeline.statistics().storage``.
 
 * ``("state", request, reply or None, error text or None)``: the answer to a
   state request (sent by the control thread).
@@ -67,6 +72,7 @@ from typing import Any
 
 import numpy as np
 
+from feedq import storage
 from feedq._core import priority
 from feedq._core.scope import closing_scope
 from feedq._core.workerinfo import WorkerInfo, set_worker_info
@@ -86,6 +92,8 @@ MAGIC = 0x66656564715F7631  # "feedq_v1"
 # How often the control thread checks that the parent still lives when no
 # message comes (a dead parent usually shows at once as end of file).
 _PARENT_POLL_SECS = 0.2
+#: The most often a worker tells the parent its remote reads, with its batches.
+_STORAGE_EVERY_S = 0.5
 # The smallest segment, and the headroom over the first batch's size (batches
 # of variable-length data differ in size).
 _MIN_SEGMENT = 64 * 1024
@@ -221,6 +229,11 @@ class _Worker:
         self.send_lock = threading.Lock()
         # The last two epochs' build outputs, by epoch; guarded by self.lock.
         self.built: dict[int, Built] = {}
+        # Remote reads: the counters at the start (a forked worker inherits the
+        # parent's), the last sent, and when (main thread only).
+        self.storage_base = storage.statistics()
+        self.storage_sent: dict[str, float] = {}
+        self.storage_sent_at = time.monotonic()
 
     # -- control thread ---------------------------------------------------------
 
@@ -286,6 +299,18 @@ class _Worker:
         os._exit(0)
 
     # -- main thread ------------------------------------------------------------
+
+    def send_storage(self, *, force: bool) -> None:
+        """Tell the parent this worker's remote reads, when they changed."""
+        now = time.monotonic()
+        if not force and now - self.storage_sent_at < _STORAGE_EVERY_S:
+            return
+        self.storage_sent_at = now
+        current = storage.statistics()
+        delta = {k: v - self.storage_base.get(k, 0) for k, v in current.items()}
+        if delta != self.storage_sent and any(delta.values()):
+            self.storage_sent = delta
+            self.send(("storage", delta))
 
     def send(self, msg: tuple[Any, ...]) -> None:
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
@@ -373,6 +398,7 @@ class _Worker:
         else:
             self.last_layout = layout
             self.send(("batch", epoch, slot, seg.name, self.generation, plan.nbytes, tree, plan.descs))
+        self.send_storage(force=False)
 
     def run_epoch(self, epoch: int) -> int:
         cfg = self.cfg
@@ -428,6 +454,7 @@ class _Worker:
                 if epoch > self.cfg.start_epoch:
                     self.wait_epoch(epoch)
                 count = self.run_epoch(epoch)
+                self.send_storage(force=True)
                 self.send(("end", epoch, count))
                 epoch += 1
             self.send(("done",))
@@ -455,6 +482,7 @@ class _Worker:
         except Exception:  # noqa: BLE001 - sent as text only
             blob = None
         with contextlib.suppress(_Stopped):
+            self.send_storage(force=True)
             self.send(("error", epoch, blob, type(exc).__name__, str(exc), text))
 
     def cleanup(self) -> None:

@@ -24,10 +24,12 @@ from feedq.storage._options import (
     reset_statistics,
     statistics,
 )
+from feedq.storage._prefetch import Hints
 from feedq.storage._remote import RandomAccess, RemoteFile, open_remote
 from feedq.storage._url import check_no_credentials, is_remote, local_path, redact
 
 __all__ = [
+    "Hints",
     "Location",
     "RandomAccess",
     "RemoteFile",

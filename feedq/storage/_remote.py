@@ -30,11 +30,14 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError as _FutureCancelled
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import Any, TypeVar
 
 from feedq.errors import CancelledError, DataLossError, FeedqError, InvalidArgumentError
+from feedq.storage import _prefetch
 from feedq.storage._filesystems import Location, resolve, retrying
 from feedq.storage._options import count, options
+
+R = TypeVar("R")
 
 _POOL_THREADS = 32
 _IDLE_S = 0.2
@@ -46,7 +49,7 @@ class _Pool:
 
     def __init__(self, n: int) -> None:
         self._n = n
-        self._work: queue.SimpleQueue[tuple[Future[bytes], Callable[[], bytes]]] = (
+        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = (
             queue.SimpleQueue()
         )
         self._lock = threading.Lock()
@@ -54,8 +57,8 @@ class _Pool:
         self._idle = 0  # guarded by self._lock
         self._made = 0  # guarded by self._lock; names the threads
 
-    def submit(self, fn: Callable[[], bytes]) -> Future[bytes]:
-        fut: Future[bytes] = Future()
+    def submit(self, fn: Callable[[], R]) -> Future[R]:
+        fut: Future[R] = Future()
         with self._lock:
             self._work.put((fut, fn))
             if self._idle == 0 and self._threads < self._n:
@@ -93,7 +96,8 @@ _pool: _Pool | None = None
 _pool_pid = -1
 
 
-def _shared_pool() -> _Pool:
+def shared_pool() -> _Pool:
+    """This process's pool of fetching threads."""
     global _pool, _pool_pid
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():  # a forked child starts its own
@@ -123,7 +127,7 @@ class RemoteFile:
         self._pos = 0
         self._cur = b""
         self._cur_start = 0
-        self._ahead: deque[tuple[int, Future[bytes]]] = deque()
+        self._ahead: deque[tuple[int, int, Future[bytes]]] = deque()  # (start, length, bytes)
         self._next = 0  # where the next block to request starts
         self._error: FeedqError | None = None
 
@@ -171,18 +175,19 @@ class RemoteFile:
         with self._lock:
             self._allowed = max(1, self._allowed // 2)
 
-    def _fill(self) -> None:
+    def _fill(self, most: int | None = None) -> None:
         with self._lock:
-            allowed = self._allowed
+            allowed = self._allowed if most is None else min(most, self._allowed)
         pool = None
         while len(self._ahead) < allowed and self._next < self.size:
             start, length = self._next, min(self._block, self.size - self._next)
-            pool = pool or _shared_pool()
-            self._ahead.append((start, pool.submit(functools.partial(self._fetch, start, length))))
+            pool = pool or shared_pool()
+            fut = pool.submit(functools.partial(self._fetch, start, length))
+            self._ahead.append((start, length, fut))
             self._next = start + length
 
     def _drop_ahead(self) -> None:
-        for _, fut in self._ahead:
+        for _, _, fut in self._ahead:
             fut.cancel()
         self._ahead.clear()
 
@@ -205,11 +210,15 @@ class RemoteFile:
                 self._pos += k
                 n -= k
                 continue
-            if not self._ahead or self._ahead[0][0] != self._pos:
+            if self._ahead and self._ahead[0][0] < self._pos < sum(self._ahead[0][:2]):
+                pass  # a seek into the first block ahead (a file resumed mid-block)
+            elif not self._ahead or self._ahead[0][0] != self._pos:
                 self._drop_ahead()  # a seek away from the blocks ahead
                 self._next = self._pos
+            if not self._ahead:
+                count(blocking_requests=1)  # this block is asked for only now
             self._fill()
-            start, fut = self._ahead.popleft()
+            start, _, fut = self._ahead.popleft()
             self._cur = b""
             if not fut.done():
                 t0 = time.monotonic()
@@ -268,17 +277,50 @@ class _Closed(Exception):
 
 
 def open_remote(name: bytes | str) -> RemoteFile:
-    """Open a remote object for reading (one metadata request, retried).
+    """Open a remote object for reading (one metadata request, retried), or
+    take it from the files an input producer's hints had opened ahead
+    (``feedq.storage._prefetch``): then its metadata and first block were
+    asked for before this call.
 
     Raises:
         NotFoundError: no such object, naming the URL.
         PermissionDeniedError: the store refused, naming the URL.
         UnavailableError: the store could not be reached within the retry budget.
     """
+    ahead = _prefetch.take(os.fsdecode(name))
+    if ahead is not None:
+        if not ahead.done():
+            t0 = time.monotonic()
+            wait([ahead])
+            count(wait_s=time.monotonic() - t0)
+        try:
+            opened: RemoteFile = ahead.result()
+        except (FeedqError, _FutureCancelled):
+            pass  # opened again here: its failure, if it lasts, is raised by this call
+        else:
+            count(opened_ahead=1)
+            return opened
+    count(blocking_requests=1)
+    t0 = time.monotonic()
+    try:
+        return _open(name)
+    finally:
+        count(wait_s=time.monotonic() - t0)  # the reader waited for the open too
+
+
+def _open(name: bytes | str) -> RemoteFile:
     loc = resolve(name)
     handle = retrying(lambda: loc.fs.open_input_file(loc.path), loc.url, "open")
     count(files_opened=1)
     return RemoteFile(loc, handle, int(handle.size()))
+
+
+def open_ahead(name: str) -> RemoteFile:
+    """Open ``name`` and ask for its first block (run on the pool, for
+    ``feedq.storage._prefetch``)."""
+    file = _open(name)
+    file._fill(1)
+    return file
 
 
 class RandomAccess(io.RawIOBase):
@@ -289,6 +331,7 @@ class RandomAccess(io.RawIOBase):
     def __init__(self, name: bytes | str) -> None:
         super().__init__()
         self._file = open_remote(name)
+        self._file._drop_ahead()  # a block opened ahead at 0: the footer comes first
         self.name = self._file.name
         self._pos = 0
 

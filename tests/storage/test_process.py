@@ -58,3 +58,29 @@ def test_process_stage_workers_read_the_bucket_with_their_own_clients(
         for batch in stage:
             got += [bytes(x) for x in batch]
     assert sorted(got) == sorted(b"%d-%d" % (i, j) for i in range(4) for j in range(40))
+
+
+def test_pipeline_statistics_add_up_the_remote_reads_of_process_stage_workers(
+        tmp_path: Path, s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    urls = []
+    size = 0
+    for i in range(4):
+        with TFRecordWriter(tmp_path / "x.tfr") as w:
+            w.write_many([b"%d-%d" % (i, j) * 50 for j in range(40)])
+        size += (tmp_path / "x.tfr").stat().st_size
+        urls.append(s3.put(f"q/{i}.tfr", (tmp_path / "x.tfr").read_bytes()))
+    monkeypatch.setenv("FEEDQ_TEST_URLS", ",".join(urls))
+    storage.open_remote(urls[0]).close()  # the parent's reads before: a forked worker inherits them
+    got = 0
+    with feedq.Pipeline() as pipe:
+        stage = feedq.process_stage(build, num_processes=2, start_method="fork")
+        for batch in stage:
+            got += len(batch)
+        stats = pipe.statistics()
+    assert got == 160
+    st = stats.storage
+    # The parent read nothing in the pipeline: these are the workers' reads, each
+    # counted once (not the counters a forked worker started with).
+    assert st is not None and st.files_opened == 4 and st.bytes == size
+    assert st.requests >= 8 and st.failures == 0
+    assert "remote storage: 4 files opened" in feedq.format_report(stats)
