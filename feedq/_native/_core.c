@@ -1624,7 +1624,7 @@ done:
 
 /*
  * resample_bilinear(src, h, w, row_stride, pixel_stride, x0, y0, x1, y1,
- *                   out, oh, ow, flip) -> None
+ *                   out, oh, ow, flip[, transposed]) -> None
  *
  * The box [x0, x1) x [y0, y1) of an 8-bit RGB image (3 channels read at
  * src[y * row_stride + x * pixel_stride + c], so RGB, RGBX and strided views
@@ -1635,8 +1635,11 @@ done:
  * downscale factor, coefficients normalised in double and rounded to 22-bit
  * fixed point, two passes through an 8-bit intermediate (rounded, clipped)
  * in Pillow 13's order: horizontal first unless the image loses more than
- * twice as many rows as columns. Pillow's transpose after the resize is the same as writing
- * the columns mirrored, because the vertical pass treats each column alone.
+ * twice as many rows as columns. Pillow's transpose after the resize is
+ * the same as writing the columns mirrored, because the vertical pass treats
+ * each column alone. The horizontal pass runs through transposes
+ * (rs_horizontal_t) unless transposed=0 asks for the direct loop (the
+ * tests compare both; the bits are the same).
  *
  * The pure-Python twin and Pillow itself are the references in
  * tests/native/test_resample.py. ValueError for a box outside the image,
@@ -1762,16 +1765,69 @@ rs_vertical(const unsigned char *src, size_t src_row, size_t n, int oh, const in
     }
 }
 
+/* dst row c, pixel r (3 bytes) = src row r, pixel c (ps bytes a pixel), for
+ * nrows x ncols source pixels; pixel r lands at nrows - 1 - r when flip.
+ * In 16 x 16 tiles, so both sides stay in cache. */
+static void
+rs_transpose(const unsigned char *src, size_t src_row, size_t ps, int nrows, int ncols,
+             unsigned char *dst, size_t dst_row, int flip)
+{
+    for (int r0 = 0; r0 < nrows; r0 += 16) {
+        int r1 = r0 + 16 < nrows ? r0 + 16 : nrows;
+        for (int c0 = 0; c0 < ncols; c0 += 16) {
+            int c1 = c0 + 16 < ncols ? c0 + 16 : ncols;
+            for (int c = c0; c < c1; c++) {
+                const unsigned char *sp = src + (size_t)r0 * src_row + (size_t)c * ps;
+                unsigned char *dr = dst + (size_t)c * dst_row;
+                for (int r = r0; r < r1; r++, sp += src_row) {
+                    unsigned char *d = dr + (size_t)(flip ? nrows - 1 - r : r) * 3;
+                    d[0] = sp[0];
+                    d[1] = sp[1];
+                    d[2] = sp[2];
+                }
+            }
+        }
+    }
+}
+
+/* The horizontal pass (rows x cols pixels of src -> rows x ow RGB pixels of
+ * dst, mirrored when flip) done as a vertical one: the pixels transposed so
+ * that each source column is a row, filtered down by rs_vertical (which
+ * vectorises across the row), transposed back. The same integer sums per
+ * output value as rs_horizontal, so the same bits; several times faster for
+ * the few taps of a downscale by less than 2, where rs_horizontal's cost is
+ * its per-pixel loop. Bounds relative to src's first column. -1: no memory. */
+static int
+rs_horizontal_t(const unsigned char *src, size_t src_row, size_t ps, int rows, int cols, int ow,
+                const int *bounds, const int32_t *kk, int ksize, unsigned char *dst, size_t dst_row,
+                int flip)
+{
+    size_t tr = (size_t)(rows > 0 ? rows : 1) * 3; /* one transposed row: a source column */
+    unsigned char *t1 = malloc((size_t)(cols > 0 ? cols : 1) * tr);
+    unsigned char *t2 = malloc((size_t)ow * tr);
+    int32_t *acc = malloc(tr * sizeof *acc);
+    int ok = t1 != NULL && t2 != NULL && acc != NULL;
+    if (ok) {
+        rs_transpose(src, src_row, ps, rows, cols, t1, tr, 0);
+        rs_vertical(t1, tr, (size_t)rows * 3, ow, bounds, kk, ksize, t2, tr, acc);
+        rs_transpose(t2, tr, 3, ow, rows, dst, dst_row, flip);
+    }
+    free(t1);
+    free(t2);
+    free(acc);
+    return ok ? 0 : -1;
+}
+
 static PyObject *
 py_resample_bilinear(PyObject *self, PyObject *args)
 {
     Py_buffer src, out;
     Py_ssize_t h, w, row_stride, pixel_stride;
     double bx0, by0, bx1, by1;
-    int oh, ow, flip;
+    int oh, ow, flip, transposed = 1;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nnnnddddw*iip:resample_bilinear", &src, &h, &w, &row_stride,
-                          &pixel_stride, &bx0, &by0, &bx1, &by1, &out, &oh, &ow, &flip))
+    if (!PyArg_ParseTuple(args, "y*nnnnddddw*iip|p:resample_bilinear", &src, &h, &w, &row_stride,
+                          &pixel_stride, &bx0, &by0, &bx1, &by1, &out, &oh, &ow, &flip, &transposed))
         return NULL;
     PyObject *res = NULL;
     float x0 = (float)bx0, y0 = (float)by0, x1 = (float)bx1, y1 = (float)by1;
@@ -1812,34 +1868,51 @@ py_resample_bilinear(PyObject *self, PyObject *args)
         int ksv = ksh < 0 ? -1 : rs_coeffs((int)h, y0, y1, oh, &bv, &kv);
         if (ksh < 0 || ksv < 0) {
             nomem = 1;
-        } else if (!vertical_first) {
-            int yfirst = bv[0];
-            int rows = bv[2 * oh - 2] + bv[2 * oh - 1] - yfirst;
-            for (int i = 0; i < oh; i++)
-                bv[2 * i] -= yfirst;
-            tmp = malloc((size_t)(rows > 0 ? rows : 1) * orow);
-            acc = malloc(orow * sizeof *acc);
-            if (tmp == NULL || acc == NULL) {
-                nomem = 1;
-            } else {
-                rs_horizontal(base + (size_t)yfirst * rs, rs, ps, rows, ow, bh, kh, ksh, tmp, orow, flip);
-                rs_vertical(tmp, orow, orow, oh, bv, kv, ksv, dst, orow, acc);
-            }
         } else {
             int xfirst = bh[0];
             int cols = bh[2 * ow - 2] + bh[2 * ow - 1] - xfirst;
-            for (int i = 0; i < ow; i++)
-                bh[2 * i] -= xfirst;
-            size_t n = (size_t)(cols > 0 ? cols : 1) * ps;
-            tmp = malloc((size_t)oh * n);
-            acc = malloc(n * sizeof *acc);
-            if (tmp == NULL || acc == NULL) {
-                nomem = 1;
+            if (transposed) {
+                for (int i = 0; i < ow; i++)
+                    bh[2 * i] -= xfirst;
+            }
+            if (!vertical_first) {
+                int yfirst = bv[0];
+                int rows = bv[2 * oh - 2] + bv[2 * oh - 1] - yfirst;
+                for (int i = 0; i < oh; i++)
+                    bv[2 * i] -= yfirst;
+                tmp = malloc((size_t)(rows > 0 ? rows : 1) * orow);
+                acc = malloc(orow * sizeof *acc);
+                if (tmp == NULL || acc == NULL) {
+                    nomem = 1;
+                } else {
+                    const unsigned char *first = base + (size_t)yfirst * rs;
+                    if (transposed)
+                        nomem = rs_horizontal_t(first + (size_t)xfirst * ps, rs, ps, rows, cols, ow, bh,
+                                                kh, ksh, tmp, orow, flip) < 0;
+                    else
+                        rs_horizontal(first, rs, ps, rows, ow, bh, kh, ksh, tmp, orow, flip);
+                    if (!nomem)
+                        rs_vertical(tmp, orow, orow, oh, bv, kv, ksv, dst, orow, acc);
+                }
             } else {
-                /* the last pixel of a row may have only 3 bytes in the buffer */
-                size_t span = (size_t)(cols > 0 ? cols - 1 : 0) * ps + 3;
-                rs_vertical(base + (size_t)xfirst * ps, rs, span, oh, bv, kv, ksv, tmp, n, acc);
-                rs_horizontal(tmp, n, ps, oh, ow, bh, kh, ksh, dst, orow, flip);
+                if (!transposed) {
+                    for (int i = 0; i < ow; i++)
+                        bh[2 * i] -= xfirst;
+                }
+                size_t n = (size_t)(cols > 0 ? cols : 1) * ps;
+                tmp = malloc((size_t)oh * n);
+                acc = malloc(n * sizeof *acc);
+                if (tmp == NULL || acc == NULL) {
+                    nomem = 1;
+                } else {
+                    /* the last pixel of a row may have only 3 bytes in the buffer */
+                    size_t span = (size_t)(cols > 0 ? cols - 1 : 0) * ps + 3;
+                    rs_vertical(base + (size_t)xfirst * ps, rs, span, oh, bv, kv, ksv, tmp, n, acc);
+                    if (transposed)
+                        nomem = rs_horizontal_t(tmp, n, ps, oh, cols, ow, bh, kh, ksh, dst, orow, flip) < 0;
+                    else
+                        rs_horizontal(tmp, n, ps, oh, ow, bh, kh, ksh, dst, orow, flip);
+                }
             }
         }
         free(bh);

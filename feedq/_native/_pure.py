@@ -760,9 +760,11 @@ def _rs_pass(src: np.ndarray, xmins: np.ndarray, kk: np.ndarray, axis: int) -> n
 
 def resample_bilinear(src: Any, h: int, w: int, row_stride: int, pixel_stride: int,
                       x0: float, y0: float, x1: float, y1: float, out: Any, oh: int, ow: int,
-                      flip: bool) -> None:
+                      flip: bool, transposed: bool = True) -> None:
     """See ``_core.c`` ``py_resample_bilinear``: the box of an RGB image
-    resampled (antialiased bilinear, 22-bit fixed point) into ``out``."""
+    resampled (antialiased bilinear, 22-bit fixed point) into ``out``
+    (``transposed``, the C core's choice of its horizontal loop, changes
+    nothing here)."""
     buf = np.frombuffer(memoryview(src).cast("B") if memoryview(src).format != "B" else src, dtype=np.uint8)
     fx0, fy0, fx1, fy1 = (np.float32(v) for v in (x0, y0, x1, y1))
     if h < 1 or w < 1 or h > (1 << 20) or w > (1 << 20) or oh < 1 or ow < 1 or oh > (1 << 15) or ow > (1 << 15):

@@ -34,6 +34,8 @@ def _case(rng: np.random.Generator, i: int) -> tuple[np.ndarray, int, tuple[floa
 
 
 def test_cores_agree_and_match_pillow() -> None:
+    """The twin, the C core's two horizontal loops (through transposes, the
+    default, and direct) and Pillow: the same bits."""
     pil = pytest.importorskip("PIL.Image")
     rng = np.random.default_rng(5)
     vertical_first = 0
@@ -43,9 +45,9 @@ def test_cores_agree_and_match_pillow() -> None:
         if not (box[2] > box[0] and box[3] > box[1]):
             continue
         outs = []
-        for core in BACKENDS:
+        for core, transposed in [(c, t) for c in BACKENDS for t in (True, False)]:
             out = np.empty((oh, ow, 3), np.uint8)
-            core.resample_bilinear(img, h, w, w * ps, ps, *box, out, oh, ow, flip)
+            core.resample_bilinear(img, h, w, w * ps, ps, *box, out, oh, ow, flip, transposed)
             outs.append(out)
         for other in outs[1:]:
             np.testing.assert_array_equal(outs[0], other, err_msg=f"case {i}")
