@@ -16,7 +16,11 @@ timed), interleaved in rounds, medians over the rounds:
 * ``feedq-train-1t`` / ``-2t``: ``string_input_producer`` -> one
   ``TFRecordReader`` -> ``parse_example`` + ``decode_random_resized_crop``
   per block of 64 in N threads -> ``shuffle_batch(256)``;
-* ``feedq-train-2t-wait``: the same, the consumer sleeping per batch as a
+* ``feedq-train-2t-noverify``: the same with ``verify=False`` (decoding stops
+  after the crop's last row, as TF's ``decode_and_crop_jpeg`` does);
+* ``feedq-process-2w``: the train pipeline (one decode thread) in each of 2
+  ``process_stage`` worker processes, each over its shard of the files;
+* ``feedq-train-2t-wait``: the same as ``feedq-train-2t``, the consumer sleeping per batch as a
   training step that needs 90 % of the pipeline's rate (from
   ``feedq-train-2t`` of the same round): the fraction of the consumer's
   time spent waiting for batches;
@@ -36,7 +40,8 @@ The ``tfdata`` and ``dataloader-*`` pipelines are those of ``feedq bench
 --compare`` on images (``feedq.cli._compare_images``).
 
 Figures: images/s (wall, one epoch), CPU ms per image (user + system of the
-process and its waited-for children, i.e. DataLoader workers), and the ratio
+process and its waited-for children, i.e. DataLoader workers), peak
+resident memory (the process plus its largest child), and the ratio
 to ``ceiling-2t`` of the same round. Absolute numbers on a shared machine
 are not the point; the ratios in one run are.
 
@@ -49,6 +54,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -57,6 +63,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -67,9 +74,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import header, table  # noqa: E402
 
 SYSTEMS = ["ceiling-1t", "ceiling-2t", "pillow-2t", "feedq-train-1t", "feedq-train-2t",
-           "feedq-train-2t-wait", "feedq-tar-2t", "feedq-folder-2t", "feedq-eval-2t", "tfdata",
-           "dataloader-0w", "dataloader-2w"]
+           "feedq-train-2t-noverify", "feedq-train-2t-wait", "feedq-process-2w", "feedq-tar-2t",
+           "feedq-folder-2t", "feedq-eval-2t", "tfdata", "dataloader-0w", "dataloader-2w"]
 BATCH, SIZE, BLOCK = 256, 224, 64
+
+
+def peak_rss_mb() -> float:
+    """The largest resident set of this process and of its largest waited-for child (MiB)."""
+    s = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    c = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (s + c) / 1024.0
 
 
 def cpu_seconds() -> float:
@@ -146,42 +160,44 @@ def _pipeline_run(paths: list[str], make_read, threads: int, shuffle: bool,
     return n, waited
 
 
-def run_feedq(data: Path, kind: str, threads: int, warm: bool, step_s: float = 0.0) -> tuple[int, float]:
-    from feedq.image import (
-        decode_random_resized_crop,
-        decode_resize_center_crop,
-        element_seeds,
-        image_folder,
-    )
-    from feedq.readers import (
-        FixedLenFeature,
-        TarReader,
-        TFRecordReader,
-        WholeFileReader,
-        parse_example,
-    )
+def _augment(block, encoded, labels, kind: str, verify: bool):
+    from feedq.image import decode_random_resized_crop, decode_resize_center_crop, element_seeds
+
+    if kind == "eval":
+        b = decode_resize_center_crop(encoded, SIZE, 256)
+    else:
+        b = decode_random_resized_crop(encoded, SIZE, seed=element_seeds(block, 7), verify=verify)
+    return [b.images, labels[b.index]]
+
+
+def _tfrecord_read(pipe, files, kind: str, verify: bool):
+    """ImageNet-layout TFRecords: read a block, parse, decode + augment (a
+    top-level function, so process_stage workers can be sent it)."""
+    from feedq.readers import FixedLenFeature, TFRecordReader, parse_example
 
     features = {"image/encoded": FixedLenFeature([], "string"),
                 "image/class/label": FixedLenFeature([], "int64")}
+    reader = pipe.closing(TFRecordReader())
+
+    def read():
+        block = reader.read_block(files, BLOCK)
+        ex = parse_example(block, features)
+        return _augment(block, ex["image/encoded"], ex["image/class/label"].astype(np.int64),
+                        kind, verify)
+    return read
+
+
+def run_feedq(data: Path, kind: str, threads: int, warm: bool, step_s: float = 0.0,
+              verify: bool = True, processes: int = 0) -> tuple[int, float]:
+    from feedq.image import image_folder
+    from feedq.readers import TarReader, WholeFileReader
 
     def augment(block, encoded, labels):
-        if kind == "eval":
-            b = decode_resize_center_crop(encoded, SIZE, 256)
-        else:
-            b = decode_random_resized_crop(encoded, SIZE, seed=element_seeds(block, 7))
-        return [b.images, labels[b.index]]
+        return _augment(block, encoded, labels, kind, verify)
 
     if kind in ("train", "eval"):
         paths = sorted(str(p) for p in (data / "tfrecord").iterdir())
-
-        def make_read(pipe, files):
-            reader = pipe.closing(TFRecordReader())
-
-            def read():
-                block = reader.read_block(files, BLOCK)
-                ex = parse_example(block, features)
-                return augment(block, ex["image/encoded"], ex["image/class/label"].astype(np.int64))
-            return read
+        make_read: Any = functools.partial(_tfrecord_read, kind=kind, verify=verify)
     elif kind == "tar":
         paths = sorted(str(p) for p in (data / "tar").iterdir())
 
@@ -206,10 +222,48 @@ def run_feedq(data: Path, kind: str, threads: int, warm: bool, step_s: float = 0
                 return augment(block, block, folder.labels_of(block.keys()))
             return read
     if warm:
-        paths = paths[: max(1, len(paths) // 8)]
+        paths = paths[: max(processes or 1, len(paths) // 8)]
     global _T0, _C0
     _T0, _C0 = time.perf_counter(), cpu_seconds()
+    if processes:
+        return _process_run(paths, make_read, processes)
     return _pipeline_run(paths, make_read, threads, shuffle=kind != "eval", step_s=step_s)
+
+
+def _process_build(paths: list[str], make_read, index: int, count: int):
+    import feedq
+    from feedq.distributed import shard_files
+
+    pipe = feedq.current_pipeline()
+    files = feedq.string_input_producer(shard_files(paths, index, count), num_epochs=1,
+                                        shuffle=True, seed=1)
+    return feedq.shuffle_batch(make_read(pipe, files), BATCH, capacity=4 * BATCH,
+                               min_after_dequeue=2 * BATCH, seed=2, dtypes=[np.uint8, np.int64],
+                               shapes=[[SIZE, SIZE, 3], []], enqueue_many=True, num_threads=1,
+                               allow_smaller_final_batch=True)
+
+
+def _process_run(paths: list[str], make_read, processes: int) -> tuple[int, float]:
+    """``process_stage(build, processes)``: each worker process runs the train
+    pipeline (one decode thread) over its shard of the files."""
+    import feedq
+
+    n, waited = 0, 0.0
+    build = functools.partial(_process_build, paths, make_read)
+    # fork: the workers are this process's own children, so their CPU time
+    # is counted (forkserver's would be the server's children)
+    with feedq.process_stage(build, processes, epochs=1, start_method="fork") as stage:
+        it = iter(stage)
+        while True:
+            t = time.perf_counter()
+            try:
+                images, _labels = next(it)
+            except StopIteration:
+                break
+            waited += time.perf_counter() - t
+            assert images.dtype == np.uint8 and images.shape[1:] == (SIZE, SIZE, 3)
+            n += len(images)
+    return n, waited
 
 
 def run_tfdata(data: Path, warm: bool) -> int:
@@ -274,10 +328,13 @@ def worker(system: str, data: Path, step_s: float) -> dict[str, float]:
             return run_ceiling(data, int(system[-2]), False, warm), 0.0
         if system == "pillow-2t":
             return run_ceiling(data, 2, True, warm), 0.0
+        if system == "feedq-process-2w":
+            return run_feedq(data, "train", 1, warm, processes=2)
         if system.startswith("feedq"):
             kind = system.split("-")[1]
             threads = 1 if system.endswith("1t") else 2
-            return run_feedq(data, kind, threads, warm, step_s if system.endswith("wait") else 0.0)
+            return run_feedq(data, kind, threads, warm, step_s if system.endswith("wait") else 0.0,
+                             verify=not system.endswith("noverify"))
         if system == "tfdata":
             return run_tfdata(data, warm), 0.0
         return run_dataloader(data, int(system[-2]), warm), 0.0
@@ -286,7 +343,7 @@ def worker(system: str, data: Path, step_s: float) -> dict[str, float]:
     n, waited = once(False)
     wall = time.perf_counter() - _T0
     cpu = cpu_seconds() - _C0
-    return {"images": n, "wall": wall, "cpu": cpu, "wait": waited / wall}
+    return {"images": n, "wall": wall, "cpu": cpu, "wait": waited / wall, "rss": peak_rss_mb()}
 
 
 def main() -> None:
@@ -341,9 +398,11 @@ def main() -> None:
         wait = statistics.median(100 * x["wait"] for x in results[s])
         ratio = statistics.median(ratios[s]) if ratios[s] else float("nan")
         med[s] = ratio
-        rows.append([s, f"{rate:.0f}", f"{cpu:.2f}", f"{ratio:.2f}", f"{wait:.1f}"])
+        rss = statistics.median(x.get("rss", float("nan")) for x in results[s])
+        rows.append([s, f"{rate:.0f}", f"{cpu:.2f}", f"{ratio:.2f}", f"{wait:.1f}", f"{rss:.0f}"])
     print(f"# {args.images} images, {args.rounds} rounds, data {data}")
-    print(table(rows, ["system", "images/s", "CPU ms/image", "vs ceiling-2t", "consumer wait %"]))
+    print(table(rows, ["system", "images/s", "CPU ms/image", "vs ceiling-2t", "consumer wait %",
+                       "peak RSS MiB"]))
 
     def target(name: str, value: float, goal: float) -> None:
         print(f"# {name}: {value:.2f} (target >= {goal}) {'ok' if value >= goal else 'MISSED'}")
