@@ -188,7 +188,9 @@ class Bottleneck:
         cause: ``"consumer"`` (``stage`` is ``None``), ``"stage"`` (the
             stage's work: reading, decoding, batching) or ``"capacity"``
             (the stage's queue is too small for the consumer's takes: the
-            consumer waits for the stage, which waits for room).
+            consumer waits for the stage, which waits for room) or
+            ``"store"`` (the stage's threads spent half their time or more
+            waiting for remote reads: ``s3://``, ``gs://``, ... URLs).
     """
 
     stage: str | None
@@ -454,7 +456,7 @@ def collect(
     stages_t = tuple(stages)
     return PipelineStatistics(
         elapsed=elapsed, stages=stages_t, queues=tuple(qs), consumer=consumer,
-        bottleneck=verdict(elapsed, stages_t, consumer),
+        bottleneck=store_verdict(verdict(elapsed, stages_t, consumer), elapsed, stages_t, storage),
         shuffle_buffers=tuple(shuffle_timing(sh, cap) for sh, cap in shuffles),
         storage=storage,
     )
@@ -535,6 +537,34 @@ def verdict(elapsed: float, stages: Sequence[StageTiming], consumer: ConsumerTim
         f"{s.kind} {s.name!r} is busy {_pct(busy)} of its time ({s.threads} "
         f"thread{'s' if s.threads != 1 else ''}; input wait {_pct(inp)}, output wait "
         f"{_pct(out)}) while {waiter}{note}"))
+
+
+#: A stage whose threads waited on the store this share of their time is limited by it.
+_STORE_WAITS = 0.5
+
+
+def store_verdict(b: Bottleneck, elapsed: float, stages: Sequence[StageTiming],
+                  storage: StorageTiming | None) -> Bottleneck:
+    """``b``, or the same stage named limited by the store: when the
+    bottleneck stage's threads spent at least half their time waiting for
+    remote reads (``storage.wait_s``, opens and blocks not yet arrived).
+
+    The storage figures are the process's (docs/statistics.md), so with
+    several stages reading remote files at once the share is an upper bound
+    for each.
+    """
+    if storage is None or b.stage is None or elapsed <= 0:
+        return b
+    stage = next((s for s in stages if s.name == b.stage), None)
+    if stage is None or stage.kind == "process":
+        return b
+    share = storage.wait_s / (elapsed * max(stage.threads, 1))
+    if share < _STORE_WAITS:
+        return b
+    return Bottleneck(b.stage, (
+        f"{b.reason}; its threads waited {_pct(min(share, 1.0))} of their time on the store "
+        f"({storage.requests:,} requests, {storage.bytes / 1e6:,.1f} MB): limited by the store "
+        "(more reader threads, or a larger read-ahead: docs/storage.md)"), "store")
 
 
 def _small_capacity(elapsed: float, last: StageTiming, consumer: ConsumerTiming,

@@ -246,3 +246,30 @@ def test_prometheus_exports_the_shuffle_buffer() -> None:
     assert m <= size.value < m + 2 * bs
     (over,) = families["feedq_shuffle_fraction_over_min_after_dequeue"].samples
     assert 0.9 < over.value <= 1.0  # the output queue alone holds cap - m
+
+
+# -- the store: a reader stage that waits on remote reads -----------------------------
+
+
+def _reader(threads: int, busy: float) -> StageTiming:
+    return StageTiming("input_producer/read", "runner", threads, busy, 0.5, 0.0, 1000, 8000)
+
+
+def test_a_reader_waiting_on_the_store_is_named_limited_by_it() -> None:
+    from feedq._observe.statistics import StorageTiming, store_verdict
+
+    stages = [PRODUCER, _reader(4, 36.0)]
+    b = verdict(10.0, stages, WAITING)
+    assert b.stage == "input_producer/read" and b.cause == "stage"
+    # 4 threads x 10 s: 24 s waiting on the store is 60 % of their time
+    slow = StorageTiming(files_opened=8, requests=120, bytes=50_000_000, retries=0, throttled=0,
+                         failures=0, wait_s=24.0)
+    s = store_verdict(b, 10.0, stages, slow)
+    assert s.stage == b.stage and s.cause == "store"
+    assert s.reason.startswith(b.reason) and "waited 60% of their time on the store" in s.reason
+    assert "120 requests, 50.0 MB" in s.reason and s.reason.endswith("docs/storage.md)")
+    # below half their time, or no remote reads, or the consumer as the limit: unchanged
+    assert store_verdict(b, 10.0, stages, StorageTiming(8, 120, 50_000_000, 0, 0, 0, 19.0)) == b
+    assert store_verdict(b, 10.0, stages, None) == b
+    idle = Bottleneck(None, "no bottleneck: the consumer is the limit", "consumer")
+    assert store_verdict(idle, 10.0, stages, slow) == idle
