@@ -153,6 +153,9 @@ class _Source:
         elif fmt in ("png", "bmp"):
             self.pixels = _decode_pil(data, fmt, 3, max_pixels)
             self.height, self.width = self.pixels.shape[:2]
+        elif fmt == "gif":  # frames: the fused transforms make one image per input
+            raise BadImage("a GIF: the fused transforms take JPEG, PNG or BMP "
+                           "(decode_gif / decode_image decode GIFs)")
         else:
             raise BadImage("unknown image format: not JPEG, PNG or BMP")
 
