@@ -153,6 +153,9 @@ class _Source:
         elif fmt in ("png", "bmp"):
             self.pixels = _decode_pil(data, fmt, 3, max_pixels)
             self.height, self.width = self.pixels.shape[:2]
+        elif fmt == "gif":  # frames: the fused transforms make one image per input
+            raise BadImage("a GIF: the fused transforms take JPEG, PNG or BMP "
+                           "(decode_gif / decode_image decode GIFs)")
         else:
             raise BadImage("unknown image format: not JPEG, PNG or BMP")
 
@@ -331,10 +334,12 @@ def decode_random_resized_crop(
             decoding after the crop's last row, as TF's
             ``decode_and_crop_jpeg`` does: less work (the rows below the
             crop are not even entropy-decoded), but damage below the crop
-            goes unnoticed, so such an image is refused only in the epochs
-            whose crop reaches the damage. Applies to the native cropped
-            decoder (:data:`~feedq.image.JPEG_CROP`); the full decode
-            without it always checks.
+            goes unnoticed: a truncated image is refused only in the epochs
+            whose crop reaches the cut, and corrupt data (bit flips) is
+            detected only at the next marker, after the crop, so a crop
+            that reaches it is decoded wrong, not refused. Applies to the
+            native cropped decoder (:data:`~feedq.image.JPEG_CROP`); the
+            full decode without it always checks.
         max_pixels: refuse images with more pixels.
         on_error: ``"raise"`` or ``"skip"`` a bad image.
 

@@ -158,6 +158,7 @@ def test_bad_images_are_named_or_skipped() -> None:
     np.testing.assert_array_equal(batch.index, [0, 2])
     assert batch.images.shape == (2, 32, 32, 3)
     assert [s.index for s in batch.skipped] == [1, 3]
+    assert batch.skipped[1].message.startswith("a GIF: the fused transforms take JPEG, PNG or BMP")
     ev = decode_resize_center_crop(items, 32, 40, on_error="skip")
     np.testing.assert_array_equal(ev.index, [0, 2])
     with pytest.raises(InvalidArgumentError, match=r"^decode_random_resized_crop takes a batch"):
