@@ -58,6 +58,9 @@ class BenchResult:
     cpu_seconds: float = 0.0
     #: CPUs this process may use.
     cpus: int = 1
+    #: CPU-seconds per second other processes used meanwhile (the machine's
+    #: busy time from /proc/stat minus this process's); None where unknown.
+    others_cpu: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: ``Pipeline.statistics()`` when the consumer stopped (None: ``direct``).
     statistics: PipelineStatistics | None = None
@@ -159,6 +162,7 @@ class _Tally:
 
     t0: float
     cpu0: float = field(default_factory=lambda: cpu_seconds())
+    machine0: float | None = field(default_factory=lambda: machine_busy_seconds())
     payload: int = 0
     waited: float = 0.0
     fill_sum: float = 0.0
@@ -392,7 +396,7 @@ def _readers_hint(result: BenchResult, stats: PipelineStatistics, stage: str) ->
     used = result.cpu_seconds / result.seconds if result.seconds > 0 else 0.0
     busy_s = sum(s.busy_s for s in stats.stages if s.name == stage)
     busy = busy_s / stats.elapsed if stats.elapsed > 0 else 0.0
-    return cpu_advice(busy, used, result.cpus)
+    return cpu_advice(busy, used, result.cpus, result.others_cpu)
 
 
 #: The process got less CPU than this (CPUs) while its threads were busy:
@@ -400,7 +404,7 @@ def _readers_hint(result: BenchResult, stats: PipelineStatistics, stage: str) ->
 _STARVED_CPU = 0.6
 
 
-def cpu_advice(busy: float, used: float, cpus: int) -> str:
+def cpu_advice(busy: float, used: float, cpus: int, others: float | None = None) -> str:
     """The advice on readers that the figures support.
 
     Args:
@@ -408,10 +412,19 @@ def cpu_advice(busy: float, used: float, cpus: int) -> str:
             waiting on queues): the CPU they asked for.
         used: CPU-seconds per second the process used (all threads).
         cpus: CPUs the process may use.
+        others: CPU-seconds per second other processes used meanwhile
+            (None: unknown): when they took what this process's busy
+            threads lacked, the machine's load is named, not the GIL.
     """
     figures = (f"the reader threads were busy {busy:.1f} thread-s/s, the process used {used:.1f} "
                f"of {cpus} CPUs")
+    if others is not None:
+        figures += f", other processes {others:.1f}"
     if busy > used + 0.5:  # the busy threads did not get the CPU they wanted
+        if others is not None and used + others >= cpus - 0.5 and others >= 0.5:
+            return (f"{figures}: other processes held the CPUs the busy threads lacked "
+                    "(machine load), not the GIL; re-run on a quieter machine before tuning "
+                    "readers")
         if used < _STARVED_CPU:
             return (f"{figures}: other processes held the CPUs (machine load), not decoding or "
                     "the GIL; re-run on a quieter machine before tuning readers")
@@ -444,6 +457,23 @@ def cpu_seconds() -> float:
     return total
 
 
+def machine_busy_seconds() -> float | None:
+    """CPU-seconds every process on the machine has used since boot
+    (``/proc/stat``: all CPUs' time but idle and iowait); None off Linux."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        ticks = [int(v) for v in fields[1:]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if fields[:1] != [b"cpu"] or len(ticks) < 5:
+        return None
+    # user nice system idle iowait irq softirq steal ... (guest time is in user)
+    busy = sum(ticks[:8]) - ticks[3] - ticks[4]
+    return busy / hz
+
+
 def _cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -456,6 +486,9 @@ def _finish(result: BenchResult, tally: _Tally, t1: float, readers: list[Any],
     result.cpu_seconds = cpu_seconds() - tally.cpu0
     result.cpus = _cpus()
     result.seconds = max(1e-9, t1 - tally.t0)
+    machine1 = machine_busy_seconds()
+    if tally.machine0 is not None and machine1 is not None:
+        result.others_cpu = max(0.0, (machine1 - tally.machine0) - result.cpu_seconds) / result.seconds
     result.payload_bytes = tally.payload
     result.records_per_s = result.records / result.seconds
     result.mb_per_s = tally.payload / 1e6 / result.seconds

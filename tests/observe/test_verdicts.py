@@ -216,6 +216,32 @@ def test_cpu_advice_follows_the_figures(busy: float, used: float, cpus: int, adv
     assert text.endswith(advice) or advice in text, text
 
 
+def test_cpu_advice_names_the_machine_load_when_other_processes_took_the_cpus() -> None:
+    # The image trial: 1.3 of 2 CPUs used while readers were busy 1.9 thread-s/s,
+    # and other processes used 0.7: the load, not the GIL.
+    text = cpu_advice(1.9, 1.3, 2, others=0.7)
+    assert text.startswith("the reader threads were busy 1.9 thread-s/s, the process used 1.3 of 2 "
+                           "CPUs, other processes 0.7: other processes held the CPUs")
+    # A quiet machine with the same figures: the GIL (or CPUs left over).
+    assert "other processes held" not in cpu_advice(1.9, 1.3, 2, others=0.05)
+    assert "took turns on the GIL" in cpu_advice(1.9, 0.95, 2, others=0.1)
+
+
+def test_machine_busy_seconds_counts_this_process() -> None:
+    import time
+
+    from feedq.cli._bench import machine_busy_seconds
+
+    m0 = machine_busy_seconds()
+    if m0 is None:
+        pytest.skip("no /proc/stat")
+    t = time.thread_time()
+    while time.thread_time() - t < 0.3:
+        pass
+    m1 = machine_busy_seconds()
+    assert m1 is not None and m1 - m0 >= 0.25  # at least the 0.3 s this thread spun
+
+
 def test_queue_timing_is_unchanged() -> None:
     # Positional construction (as users may do) still works with the new fields defaulted.
     q = QueueTiming("q", 10, 1, 0.5, 0.9, 0.0, 0.0)
