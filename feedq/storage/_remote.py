@@ -316,7 +316,7 @@ def _open(name: bytes | str, dropped: threading.Event | None = None) -> RemoteFi
             raise _Closed
         return loc.fs.open_input_file(loc.path)
 
-    handle = retrying(once, loc.url, "open", closed=dropped)
+    handle = retrying(once, loc.url, "open", wake=dropped)
     count(files_opened=1)
     return RemoteFile(loc, handle, int(handle.size()))
 
@@ -336,12 +336,8 @@ def open_ahead(name: str, dropped: threading.Event) -> RemoteFile:
         raise gone
     try:
         file = _open(name, dropped)
-    except _Closed:
+    except _Closed:  # dropped while its open was retried
         raise gone from None
-    except FeedqError:
-        if dropped.is_set():  # gave up retrying because it was dropped
-            raise gone from None
-        raise
     if dropped.is_set():
         file.close()
         raise gone
