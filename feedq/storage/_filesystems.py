@@ -277,6 +277,7 @@ def retrying(
     offset: Callable[[], int] | int | None = None,
     on_throttle: Callable[[], None] | None = None,
     closed: threading.Event | None = None,
+    wake: threading.Event | None = None,
 ) -> T:
     """``fn()``, repeated after transient failures with jittered exponential
     backoff until :attr:`StorageOptions.retry_budget_s` has passed since the
@@ -287,6 +288,10 @@ def retrying(
         DataLossError: a read (``offset`` given) failed past its budget,
             naming the URL, the offset and the attempts.
         UnavailableError: another request failed past its budget.
+
+    ``closed`` set ends the retries (a failure); ``wake`` set only ends a
+    backoff wait at once, for an ``fn`` that then raises on its own (a file
+    opened ahead that was dropped: its failures are retries, not failures).
     """
     opts = options()
     rng = random.Random()  # jitter only: no result depends on it
@@ -330,7 +335,10 @@ def retrying(
                 raise DataLossError(text) from None
             cap = min(opts.backoff_max_s, opts.backoff_initial_s * (2.0 ** min(attempt, 30)))
             delay = min(rng.uniform(0.0, cap), max(0.0, budget - elapsed))
-            (closed or stopping).wait(delay)
+            if wake is not None and not stopping.is_set():
+                wake.wait(delay)
+            else:
+                (closed or stopping).wait(delay)
             attempt += 1
             count(retries=1)
             continue

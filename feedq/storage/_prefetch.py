@@ -23,6 +23,7 @@ child forgets the parent's (the clients are the parent's).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
@@ -51,19 +52,23 @@ _active = False  # guarded by _lock; a remote file was opened in this process
 class _Ahead:
     """One hinted name and, once started, its file being opened ahead."""
 
-    __slots__ = ("future", "name", "passed")
+    __slots__ = ("dropped", "future", "name", "passed")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.passed = 0
         self.future: Future[Any] | None = None  # -> a RemoteFile with its first block asked for
+        self.dropped = threading.Event()  # set once: an open in flight stops (no retries)
 
     def start(self) -> None:
         from feedq.storage._remote import open_ahead, shared_pool
 
-        self.future = shared_pool().submit(lambda: open_ahead(self.name))
+        self.future = shared_pool().submit(functools.partial(open_ahead, self.name, self.dropped))
 
     def drop(self) -> None:
+        # First the event: an open already running ends at its next attempt
+        # instead of retrying (or being slow) for a file nobody will read.
+        self.dropped.set()
         fut, self.future = self.future, None
         if fut is None or fut.cancel():
             return

@@ -308,17 +308,39 @@ def open_remote(name: bytes | str) -> RemoteFile:
         count(wait_s=time.monotonic() - t0)  # the reader waited for the open too
 
 
-def _open(name: bytes | str) -> RemoteFile:
+def _open(name: bytes | str, dropped: threading.Event | None = None) -> RemoteFile:
     loc = resolve(name)
-    handle = retrying(lambda: loc.fs.open_input_file(loc.path), loc.url, "open")
+
+    def once() -> Any:
+        if dropped is not None and dropped.is_set():
+            raise _Closed
+        return loc.fs.open_input_file(loc.path)
+
+    handle = retrying(once, loc.url, "open", wake=dropped)
     count(files_opened=1)
     return RemoteFile(loc, handle, int(handle.size()))
 
 
-def open_ahead(name: str) -> RemoteFile:
+def open_ahead(name: str, dropped: threading.Event) -> RemoteFile:
     """Open ``name`` and ask for its first block (run on the pool, for
-    ``feedq.storage._prefetch``)."""
-    file = _open(name)
+    ``feedq.storage._prefetch``), unless ``dropped`` is set first: then no
+    request is sent, a retrying open stops at once (the pool's thread is
+    not kept for a file nobody will read) and a file opened meanwhile is
+    closed before its block is asked for.
+
+    Raises:
+        CancelledError: ``dropped`` was set before the file was opened.
+    """
+    gone = CancelledError(f"{name}: dropped before it was opened ahead")
+    if dropped.is_set():
+        raise gone
+    try:
+        file = _open(name, dropped)
+    except _Closed:  # dropped while its open was retried
+        raise gone from None
+    if dropped.is_set():
+        file.close()
+        raise gone
     file._fill(1)
     return file
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 import feedq
 import feedq.storage as storage
-from feedq.errors import NotFoundError, OutOfRangeError
+from feedq.errors import CancelledError, NotFoundError, OutOfRangeError
 from feedq.readers import TFRecordReader, TFRecordWriter
 from feedq.storage import _prefetch
 from tests.storage.conftest import Bucket
@@ -247,11 +248,58 @@ def test_hints_collected_without_close_drop_their_files(gs_files: list[str]) -> 
     hints.add(gs_files[4:6])  # adding and taking keep the deque the finalizer holds
     storage.open_remote(gs_files[1]).close()
     assert hints._upcoming is upcoming
+    # Every open started, 04 too (started by the take above): each is waited
+    # for, so none is still running when the fixture unregisters gs://.
+    dropped = [e.future for e in upcoming if e.future is not None]
+    assert len(dropped) == 3
     del hints
     gc.collect()
     assert not upcoming  # every file opened ahead was dropped
-    for f in futures[1:]:
-        assert f is not None
-        if not f.cancelled():
+    done, running = wait(dropped, timeout=10)
+    assert not running, "an open ahead still running after its file was dropped"
+    for f in done:
+        if not f.cancelled() and f.exception() is None:
             # Closed by the future's callback, which may run just after its result is set.
-            assert f.result(timeout=10)._closed.wait(10), "a file opened ahead was left open"
+            assert f.result()._closed.wait(10), "a file opened ahead was left open"
+
+
+def test_a_file_dropped_while_its_open_is_retried_stops_at_once(gs_files: list[str]) -> None:
+    import fsspec
+
+    entered = threading.Event()
+
+    class Unreachable(fsspec.AbstractFileSystem):  # type: ignore[misc]
+        def isfile(self, path: str) -> bool:  # pyarrow's FSSpecHandler asks this first
+            entered.set()
+            raise ConnectionResetError("connection reset by peer")
+
+    storage.register_filesystem("gs://down", Unreachable())
+    storage.configure(retry_budget_s=30.0, backoff_initial_s=0.01, backoff_max_s=0.02)
+    try:
+        storage.reset_statistics()
+        hints = storage.Hints(capacity=8)
+        hints.add(["gs://down/x"])
+        assert entered.wait(10)  # its open ahead is being retried on the pool
+        (fut,) = [e.future for e in hints._upcoming]
+        assert fut is not None
+        hints.close()
+        # It stops at its next attempt, not after the 30 s retry budget.
+        done, _ = wait([fut], timeout=5)
+        assert done, "a dropped open ahead kept retrying"
+        exc = fut.exception()
+        assert isinstance(exc, CancelledError) and "gs://down/x" in str(exc)
+        assert storage.statistics()["files_opened"] == 0 and hints.held() == 0
+    finally:
+        storage.register_filesystem("gs://down", None)
+
+
+def test_a_dropped_file_is_not_opened_when_its_open_starts_late(gs_files: list[str]) -> None:
+    from feedq.storage._remote import open_ahead
+
+    storage.reset_statistics()
+    dropped = threading.Event()
+    dropped.set()  # dropped after it was queued, before a pool thread ran it
+    with pytest.raises(CancelledError, match=r"gs://bkt/07"):
+        open_ahead(gs_files[7], dropped)
+    st = storage.statistics()
+    assert st["files_opened"] == 0 and st["requests"] == 0  # not even resolved and asked
