@@ -72,6 +72,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from _thread import allocate_lock
 from collections import deque
 from typing import Any, NamedTuple
 
@@ -136,16 +137,17 @@ class _Attempt(Waiter):
 
     __slots__ = ("cancel", "error", "finished", "ident", "queued", "since")
 
-    def __init__(self, cancel: CancelToken | None) -> None:
-        super().__init__()
-        self.cancel = cancel
-        self.finished = False
-        self.queued = False
-        self.error: BaseException | None = None
-        # Set when the caller starts waiting (stall reports name it):
-        # its thread, and ``time.monotonic()`` then.
-        self.ident = 0
-        self.since = 0.0
+    # Its fields are set by the subclasses' __init__ (no chain of
+    # super().__init__ calls: an attempt is built on every call that waits):
+    # cancel, finished, queued, error, and, set when the caller starts
+    # waiting (stall reports name it), its thread (ident) and
+    # ``time.monotonic()`` then (since); Waiter's _gate.
+    cancel: CancelToken | None
+    finished: bool
+    queued: bool
+    error: BaseException | None
+    ident: int
+    since: float
 
 
 class _Enqueue(_Attempt):
@@ -154,7 +156,13 @@ class _Enqueue(_Attempt):
     __slots__ = ("cols", "done", "n")
 
     def __init__(self, cols: list[np.ndarray[Any, Any]], n: int, cancel: CancelToken | None = None) -> None:
-        super().__init__(cancel)
+        self._gate = None  # Waiter's (see _Attempt)
+        self.cancel = cancel
+        self.finished = False
+        self.queued = False
+        self.error = None
+        self.ident = 0
+        self.since = 0.0
         self.cols = cols
         self.n = n
         self.done = 0
@@ -178,7 +186,13 @@ class _Dequeue(_Attempt):
         some: bool = False,
         cancel: CancelToken | None = None,
     ) -> None:
-        super().__init__(cancel)
+        self._gate = None  # Waiter's (see _Attempt)
+        self.cancel = cancel
+        self.finished = False
+        self.queued = False
+        self.error = None
+        self.ident = 0
+        self.since = 0.0
         self.n = n
         self.up_to = up_to
         # dequeue_available: finish as soon as at least one element is held.
@@ -333,7 +347,11 @@ class QueueEngine:
             deadline = None if wait is None else time.monotonic() + wait
             remaining: float | None = None
             while not att.finished:
-                att.arm()  # before the checks: a wake from now on is not lost
+                # Waiter.arm inlined: before the checks, so that a wake
+                # from now on is not lost.
+                gate = allocate_lock()
+                gate.acquire()
+                att._gate = gate
                 if token is not None and token.fired:
                     self._give_up(att, token.error())
                     return

@@ -223,6 +223,10 @@ class QueueBase(metaclass=SharedByName):
             self._kind, name, components, names, wheres,
             None if self._all_shaped_dense(components) else self._pad,
         )
+        # A dequeue that waited returns row 0 of its one taken column as it
+        # is (ElementCodec.first_row and pack_values, inline); not for kinds
+        # whose codec builds the element itself (PaddingFIFOQueue).
+        self._plain_first_row = self._single and type(self._codec).first_row is ElementCodec.first_row
         # How _read_row copies a component out of its column: 0 numeric
         # scalar (indexing copies), 1 numeric row (view: copy), 2 object
         # scalar or ragged (take the reference, clear the slot), 3 object row.
@@ -718,6 +722,8 @@ class QueueBase(metaclass=SharedByName):
             att = _Dequeue(n, mode >= _UP_TO, _TAKE_OPS[mode], outs, mode == _AVAILABLE, cancel)
             engine.run_dequeue(att, timeout)
             if mode == _ONE:
+                if self._plain_first_row:
+                    return att.chunks[0][0][0]
                 return pack_values(self._codec.first_row(att.chunks[0]), self._names)
             return self._batch(att.chunks, att.count, outs, padded)
         except BaseException:
