@@ -556,16 +556,22 @@ class QueueEngine:
                 pass  # already woken
 
     def flush(self) -> None:
-        """Serve the heads of both lines until nothing moves (lock held)."""
+        """Serve the heads of both lines until nothing moves (lock held).
+
+        One pass serves the producers, then the consumers, each line as far
+        as it goes; the consumers' loop sees what the producers inserted in
+        the same pass. Another pass is needed only when the consumers freed
+        room that a waiting producer may use, or when the last pending
+        enqueue left a closing queue (it becomes CLOSED, and the consumers
+        then see that no element can arrive any more): a flush that only
+        finished a consumer (every notify of a waiting dequeue) makes one.
+        """
         store = self.store
         producers, consumers = self.producers, self.consumers
         all_or_nothing = store._all_or_nothing
-        progress = True
-        while progress:
-            progress = False
+        while True:
             if self.state is _CLOSING and not producers and not self.in_busy:
                 self.state = _CLOSED
-                progress = True
             # Producers, oldest first (Q14); none behind a reservation that
             # is being copied in, whose rows come first (Q16).
             while producers and not self.in_busy:
@@ -575,7 +581,6 @@ class QueueEngine:
                     # arrived between its finish and its leaving the line.
                     producers.popleft()
                     att.queued = False
-                    progress = True
                     continue
                 k = min(self._free(), att.n - att.done)
                 if k > 0:
@@ -588,7 +593,6 @@ class QueueEngine:
                 self.enqueued += k
                 if self.size > self.peak:  # noqa: PLR1730 - cheaper than max() on the hot path
                     self.peak = self.size
-                progress = True
                 if att.done < att.n:
                     break
                 # Finish before leaving the line: an exception in between
@@ -604,7 +608,6 @@ class QueueEngine:
                 if datt.finished:  # see the producers' loop
                     consumers.popleft()
                     datt.queued = False
-                    progress = True
                     continue
                 need = datt.n - datt.count
                 avail = store._available()
@@ -618,7 +621,6 @@ class QueueEngine:
                             self._collect(datt, avail)
                     else:
                         self._fail_dequeue(datt)  # takes it out of line
-                        progress = True
                         continue
                 elif (
                     all_or_nothing and datt.up_to and avail > 0
@@ -632,14 +634,15 @@ class QueueEngine:
                 else:
                     if avail > 0 and not all_or_nothing:
                         self._collect(datt, avail)
-                        progress = True
                     break
                 self._finish(datt)
                 consumers.popleft()
                 datt.queued = False
-                progress = True
             if producers and self.dequeued > taken:
-                progress = True  # room was freed: the producers' head may go on
+                continue  # room was freed: the producers' head may go on
+            if self.state is _CLOSING and not producers and not self.in_busy:
+                continue  # the queue is CLOSED now: the consumers' head may fail
+            return
 
     def _collect(self, att: _Dequeue, k: int) -> None:
         # The hook changes the storage only at its end; from its return on,
