@@ -344,7 +344,7 @@ class QueueEngine:
         if account is not None:
             account.begin_wait(output, since, self.store)  # the queue: named in stall reports
         try:
-            deadline = None if wait is None else time.monotonic() + wait
+            deadline = None if wait is None else since + wait
             remaining: float | None = None
             while not att.finished:
                 # Waiter.arm inlined: before the checks, so that a wake
