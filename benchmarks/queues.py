@@ -30,7 +30,10 @@
     over the rounds, and the ratio of the medians. With --instructions, the
     interpreter instructions per call pair instead (valgrind's callgrind,
     one run per tree, 1,000 pairs per case): a count the load of a shared
-    machine does not change, so small differences show.
+    machine does not change, so small differences show. The last rows are
+    blocking hand-offs: round trips of one element through two capacity-1
+    queues between two threads (every dequeue waits), feedq beside
+    queue.Queue, in process CPU (both threads) or instructions per trip.
 
 Run: python benchmarks/queues.py [--quick] [--only components|takes]
      python benchmarks/queues.py --against ../base [--rounds 5] [--instructions]

@@ -311,24 +311,37 @@ class QueueEngine:
         """Queue ``att`` and wait until it finished or gave up; raise its error."""
         wait = resolve_timeout(timeout)
         with self.mutex:
-            self.takes += 1
-            self.fill_sum += self.size
-            try:
-                self.consumers.append(att)
-                att.queued = True
-                self.flush()
-                if not att.finished:
-                    self._await(att, wait, att.op)
-            except BaseException:
-                # An asynchronous exception (Ctrl-C) while waiting, also one
-                # that arrives just after the attempt finished: the caller
-                # never gets the elements, so they go back.
-                self.withdraw(att)
-                att.finished = True
-                self.flush()
-                raise
+            self.wait_dequeue(att, wait, True)
         if att.error is not None:
             raise att.error
+
+    def wait_dequeue(self, att: _Dequeue, wait: float | None, flush: bool) -> None:
+        """Queue ``att`` and wait until it finished or gave up (the lock held
+        once; ``wait`` resolved); the caller raises ``att.error``.
+
+        ``flush=False`` for a take path that found, without releasing the
+        lock since, no consumer in line, nothing available and the queue not
+        closed: the flush could not serve ``att`` then (nothing to collect,
+        nothing to fail it for), and the producers' line is as the last
+        flush left it, so ``att`` waits at once.
+        """
+        self.takes += 1
+        self.fill_sum += self.size
+        try:
+            self.consumers.append(att)
+            att.queued = True
+            if flush:
+                self.flush()
+            if not att.finished:
+                self._await(att, wait, att.op)
+        except BaseException:
+            # An asynchronous exception (Ctrl-C) while waiting, also one
+            # that arrives just after the attempt finished: the caller
+            # never gets the elements, so they go back.
+            self.withdraw(att)
+            att.finished = True
+            self.flush()
+            raise
 
     def _await(self, att: _Enqueue | _Dequeue, wait: float | None, op: str) -> None:
         """Sleep until ``att`` finishes; give up on its deadline or token (lock held)."""

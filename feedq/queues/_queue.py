@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from feedq._core.arrays import pack_values
+from feedq._core.timeouts import resolve_timeout
 from feedq.errors import InvalidArgumentError, OutOfRangeError
 from feedq.queues._cancel import CancelToken
 from feedq.queues._engine import (
@@ -57,6 +58,7 @@ __all__ = ["QueueBase", "QueueStatistics"]
 
 # Module constants: an Enum member lookup costs ~0.1 us on the hot paths.
 _OPEN = QueueState.OPEN
+_CLOSED = QueueState.CLOSED
 
 _INITIAL_ALLOC = 64
 
@@ -656,6 +658,18 @@ class QueueBase(metaclass=SharedByName):
                             self._forget(1)
                         if self._producers:
                             engine.flush()
+                    elif not self._consumers and engine.state is not _CLOSED:
+                        # Nothing to take, nobody ahead, not closed: wait in
+                        # line without letting the lock go (no second
+                        # acquisition, no flush that could not serve it).
+                        att = _Dequeue(1, False, "dequeue", None, False, cancel)
+                        engine.wait_dequeue(att, resolve_timeout(timeout), False)
+                if att is not None:
+                    if att.error is not None:
+                        raise att.error
+                    if self._plain_first_row:
+                        return att.chunks[0][0][0]
+                    return pack_values(self._codec.first_row(att.chunks[0]), self._names)
                 if chunk is not _NOTHING:
                     if self._single:
                         return chunk
