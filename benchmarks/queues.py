@@ -30,7 +30,10 @@
     over the rounds, and the ratio of the medians. With --instructions, the
     interpreter instructions per call pair instead (valgrind's callgrind,
     one run per tree, 1,000 pairs per case): a count the load of a shared
-    machine does not change, so small differences show.
+    machine does not change, so small differences show. The last rows are
+    blocking hand-offs: round trips of one element through two capacity-1
+    queues between two threads (every dequeue waits), feedq beside
+    queue.Queue, in process CPU (both threads) or instructions per trip.
 
 Run: python benchmarks/queues.py [--quick] [--only components|takes]
      python benchmarks/queues.py --against ../base [--rounds 5] [--instructions]
@@ -419,6 +422,48 @@ PER_CALL_CASES = [
     ("shuffle dequeue+enqueue, ~8k f32[32] + int64 stored", lambda: _stored_take("shuffle", False), 20_000),
 ]
 THREADED = "1P+1C pairs per CPU-second, float32[32] (thousands)"
+HANDOFFS = [
+    ("blocking hand-off round trip (2 waits), float32[32], feedq", "feedq"),
+    ("blocking hand-off round trip (2 waits), float32[32], queue.Queue", "stdlib"),
+]
+
+
+def _handoff_trips(kind: str) -> Any:
+    """Round trips of one element through two capacity-1 queues between two
+    threads (the echo thread dequeues from one and enqueues into the other):
+    each trip makes both threads wait once, so it costs two blocking
+    hand-offs (a wait, the notify that ends it, the wake-up)."""
+    item = np.zeros((WIDTH,), np.float32)
+    if kind == "feedq":
+        a, b = FIFOQueue(1, np.float32, shapes=[[WIDTH]]), FIFOQueue(1, np.float32, shapes=[[WIDTH]])
+        aput, aget, bput, bget = a.enqueue, a.dequeue, b.enqueue, b.dequeue
+    else:
+        sa: pyqueue.Queue[object] = pyqueue.Queue(1)
+        sb: pyqueue.Queue[object] = pyqueue.Queue(1)
+        aput, aget, bput, bget = sa.put, sa.get, sb.put, sb.get
+
+    def run(n: int) -> None:
+        def echo() -> None:
+            for _ in range(n):
+                bput(aget())
+        t = threading.Thread(target=echo)
+        t.start()
+        for _ in range(n):
+            aput(item)
+            bget()
+        t.join()
+    return run
+
+
+def _process_cpu_us_per_call(run: Any, calls: int, rounds: int) -> float:
+    """Median process CPU microseconds (all threads) per call of ``run(calls)``."""
+    run(max(1, calls // 10))
+    per = []
+    for _ in range(rounds):
+        t0 = time.process_time()
+        run(calls)
+        per.append((time.process_time() - t0) / calls * 1e6)
+    return statistics.median(per)
 
 
 def per_call_figures(quick: bool) -> dict[str, float]:
@@ -428,6 +473,8 @@ def per_call_figures(quick: bool) -> dict[str, float]:
     for label, make, calls in PER_CALL_CASES:
         out[label] = _cpu_us_per_call(make(), calls // scale, 3)
     out[THREADED] = statistics.median(_threaded_pairs_per_cpu_s(50_000 // scale) for _ in range(3)) / 1e3
+    for label, kind in HANDOFFS:
+        out[label] = _process_cpu_us_per_call(_handoff_trips(kind), 10_000 // scale, 3)
     return out
 
 
@@ -445,11 +492,11 @@ def against_rows(other: str, rounds: int, quick: bool) -> list[list[str]]:
             done = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, check=True)
             got[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     rows = []
-    for label in [c[0] for c in PER_CALL_CASES] + [THREADED]:
+    for label in [c[0] for c in PER_CALL_CASES] + [THREADED] + [h[0] for h in HANDOFFS]:
         b = [x[label] for x in got["before"]]
         a = [x[label] for x in got["after"]]
         mb, ma = statistics.median(b), statistics.median(a)
-        unit = "" if label == THREADED else " us"
+        unit = "" if label == THREADED else " us"  # hand-offs: process CPU (both threads) per trip
         rows.append([f"(g) {label}", f"{ma:,.2f}{unit} [{min(a):,.2f}-{max(a):,.2f}]",
                      f"before {mb:,.2f}{unit} [{min(b):,.2f}-{max(b):,.2f}]", f"{ma / mb:.3f}x", "(info)"])
     return rows
@@ -467,6 +514,12 @@ def per_call_marks() -> None:
         time.sleep(1e-6)
         run(INSTRUCTION_PAIRS)
         time.sleep(1e-6)
+    for _label, kind in HANDOFFS:  # both threads' instructions, per round trip
+        run = _handoff_trips(kind)
+        run(100)
+        time.sleep(1e-6)
+        run(INSTRUCTION_PAIRS)
+        time.sleep(1e-6)
 
 
 def _callgrind_per_pair(root: str, here: str, out_dir: str) -> list[float]:
@@ -480,7 +533,7 @@ def _callgrind_per_pair(root: str, here: str, out_dir: str) -> list[float]:
         with open(os.path.join(out_dir, name)) as f:
             totals.append(next(int(line.split()[1]) for line in f if line.startswith("summary:")))
     # Dump 2k+1 holds case k's measured pairs (2k: its set-up and warm-up).
-    return [totals[2 * k + 1] / INSTRUCTION_PAIRS for k in range(len(PER_CALL_CASES))]
+    return [totals[2 * k + 1] / INSTRUCTION_PAIRS for k in range(len(PER_CALL_CASES) + len(HANDOFFS))]
 
 
 def instruction_rows(other: str) -> list[list[str]]:
@@ -492,7 +545,7 @@ def instruction_rows(other: str) -> list[list[str]]:
         before = _callgrind_per_pair(os.path.abspath(other), here, before_dir)
         after = _callgrind_per_pair(here, here, after_dir)
     return [[f"(g) instructions per pair, {label}", f"{a:,.0f}", f"before {b:,.0f}", f"{a / b:.3f}x", "(info)"]
-            for (label, _, _), a, b in zip(PER_CALL_CASES, after, before)]
+            for label, a, b in zip([c[0] for c in PER_CALL_CASES] + [h[0] for h in HANDOFFS], after, before)]
 
 
 def main() -> None:

@@ -72,6 +72,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from _thread import allocate_lock
 from collections import deque
 from typing import Any, NamedTuple
 
@@ -136,16 +137,17 @@ class _Attempt(Waiter):
 
     __slots__ = ("cancel", "error", "finished", "ident", "queued", "since")
 
-    def __init__(self, cancel: CancelToken | None) -> None:
-        super().__init__()
-        self.cancel = cancel
-        self.finished = False
-        self.queued = False
-        self.error: BaseException | None = None
-        # Set when the caller starts waiting (stall reports name it):
-        # its thread, and ``time.monotonic()`` then.
-        self.ident = 0
-        self.since = 0.0
+    # Its fields are set by the subclasses' __init__ (no chain of
+    # super().__init__ calls: an attempt is built on every call that waits):
+    # cancel, finished, queued, error, and, set when the caller starts
+    # waiting (stall reports name it), its thread (ident) and
+    # ``time.monotonic()`` then (since); Waiter's _gate.
+    cancel: CancelToken | None
+    finished: bool
+    queued: bool
+    error: BaseException | None
+    ident: int
+    since: float
 
 
 class _Enqueue(_Attempt):
@@ -154,7 +156,13 @@ class _Enqueue(_Attempt):
     __slots__ = ("cols", "done", "n")
 
     def __init__(self, cols: list[np.ndarray[Any, Any]], n: int, cancel: CancelToken | None = None) -> None:
-        super().__init__(cancel)
+        self._gate = None  # Waiter's (see _Attempt)
+        self.cancel = cancel
+        self.finished = False
+        self.queued = False
+        self.error = None
+        self.ident = 0
+        self.since = 0.0
         self.cols = cols
         self.n = n
         self.done = 0
@@ -178,7 +186,13 @@ class _Dequeue(_Attempt):
         some: bool = False,
         cancel: CancelToken | None = None,
     ) -> None:
-        super().__init__(cancel)
+        self._gate = None  # Waiter's (see _Attempt)
+        self.cancel = cancel
+        self.finished = False
+        self.queued = False
+        self.error = None
+        self.ident = 0
+        self.since = 0.0
         self.n = n
         self.up_to = up_to
         # dequeue_available: finish as soon as at least one element is held.
@@ -297,24 +311,37 @@ class QueueEngine:
         """Queue ``att`` and wait until it finished or gave up; raise its error."""
         wait = resolve_timeout(timeout)
         with self.mutex:
-            self.takes += 1
-            self.fill_sum += self.size
-            try:
-                self.consumers.append(att)
-                att.queued = True
-                self.flush()
-                if not att.finished:
-                    self._await(att, wait, att.op)
-            except BaseException:
-                # An asynchronous exception (Ctrl-C) while waiting, also one
-                # that arrives just after the attempt finished: the caller
-                # never gets the elements, so they go back.
-                self.withdraw(att)
-                att.finished = True
-                self.flush()
-                raise
+            self.wait_dequeue(att, wait, True)
         if att.error is not None:
             raise att.error
+
+    def wait_dequeue(self, att: _Dequeue, wait: float | None, flush: bool) -> None:
+        """Queue ``att`` and wait until it finished or gave up (the lock held
+        once; ``wait`` resolved); the caller raises ``att.error``.
+
+        ``flush=False`` for a take path that found, without releasing the
+        lock since, no consumer in line, nothing available and the queue not
+        closed: the flush could not serve ``att`` then (nothing to collect,
+        nothing to fail it for), and the producers' line is as the last
+        flush left it, so ``att`` waits at once.
+        """
+        self.takes += 1
+        self.fill_sum += self.size
+        try:
+            self.consumers.append(att)
+            att.queued = True
+            if flush:
+                self.flush()
+            if not att.finished:
+                self._await(att, wait, att.op)
+        except BaseException:
+            # An asynchronous exception (Ctrl-C) while waiting, also one
+            # that arrives just after the attempt finished: the caller
+            # never gets the elements, so they go back.
+            self.withdraw(att)
+            att.finished = True
+            self.flush()
+            raise
 
     def _await(self, att: _Enqueue | _Dequeue, wait: float | None, op: str) -> None:
         """Sleep until ``att`` finishes; give up on its deadline or token (lock held)."""
@@ -330,10 +357,14 @@ class QueueEngine:
         if account is not None:
             account.begin_wait(output, since, self.store)  # the queue: named in stall reports
         try:
-            deadline = None if wait is None else time.monotonic() + wait
+            deadline = None if wait is None else since + wait
             remaining: float | None = None
             while not att.finished:
-                att.arm()  # before the checks: a wake from now on is not lost
+                # Waiter.arm inlined: before the checks, so that a wake
+                # from now on is not lost.
+                gate = allocate_lock()
+                gate.acquire()
+                att._gate = gate
                 if token is not None and token.fired:
                     self._give_up(att, token.error())
                     return
@@ -538,16 +569,22 @@ class QueueEngine:
                 pass  # already woken
 
     def flush(self) -> None:
-        """Serve the heads of both lines until nothing moves (lock held)."""
+        """Serve the heads of both lines until nothing moves (lock held).
+
+        One pass serves the producers, then the consumers, each line as far
+        as it goes; the consumers' loop sees what the producers inserted in
+        the same pass. Another pass is needed only when the consumers freed
+        room that a waiting producer may use, or when the last pending
+        enqueue left a closing queue (it becomes CLOSED, and the consumers
+        then see that no element can arrive any more): a flush that only
+        finished a consumer (every notify of a waiting dequeue) makes one.
+        """
         store = self.store
         producers, consumers = self.producers, self.consumers
         all_or_nothing = store._all_or_nothing
-        progress = True
-        while progress:
-            progress = False
+        while True:
             if self.state is _CLOSING and not producers and not self.in_busy:
                 self.state = _CLOSED
-                progress = True
             # Producers, oldest first (Q14); none behind a reservation that
             # is being copied in, whose rows come first (Q16).
             while producers and not self.in_busy:
@@ -557,7 +594,6 @@ class QueueEngine:
                     # arrived between its finish and its leaving the line.
                     producers.popleft()
                     att.queued = False
-                    progress = True
                     continue
                 k = min(self._free(), att.n - att.done)
                 if k > 0:
@@ -570,7 +606,6 @@ class QueueEngine:
                 self.enqueued += k
                 if self.size > self.peak:  # noqa: PLR1730 - cheaper than max() on the hot path
                     self.peak = self.size
-                progress = True
                 if att.done < att.n:
                     break
                 # Finish before leaving the line: an exception in between
@@ -586,7 +621,6 @@ class QueueEngine:
                 if datt.finished:  # see the producers' loop
                     consumers.popleft()
                     datt.queued = False
-                    progress = True
                     continue
                 need = datt.n - datt.count
                 avail = store._available()
@@ -600,7 +634,6 @@ class QueueEngine:
                             self._collect(datt, avail)
                     else:
                         self._fail_dequeue(datt)  # takes it out of line
-                        progress = True
                         continue
                 elif (
                     all_or_nothing and datt.up_to and avail > 0
@@ -614,14 +647,15 @@ class QueueEngine:
                 else:
                     if avail > 0 and not all_or_nothing:
                         self._collect(datt, avail)
-                        progress = True
                     break
                 self._finish(datt)
                 consumers.popleft()
                 datt.queued = False
-                progress = True
             if producers and self.dequeued > taken:
-                progress = True  # room was freed: the producers' head may go on
+                continue  # room was freed: the producers' head may go on
+            if self.state is _CLOSING and not producers and not self.in_busy:
+                continue  # the queue is CLOSED now: the consumers' head may fail
+            return
 
     def _collect(self, att: _Dequeue, k: int) -> None:
         # The hook changes the storage only at its end; from its return on,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from feedq._core.arrays import pack_values
+from feedq._core.timeouts import resolve_timeout
 from feedq.errors import InvalidArgumentError, OutOfRangeError
 from feedq.queues._cancel import CancelToken
 from feedq.queues._engine import (
@@ -57,6 +58,7 @@ __all__ = ["QueueBase", "QueueStatistics"]
 
 # Module constants: an Enum member lookup costs ~0.1 us on the hot paths.
 _OPEN = QueueState.OPEN
+_CLOSED = QueueState.CLOSED
 
 _INITIAL_ALLOC = 64
 
@@ -223,6 +225,10 @@ class QueueBase(metaclass=SharedByName):
             self._kind, name, components, names, wheres,
             None if self._all_shaped_dense(components) else self._pad,
         )
+        # A dequeue that waited returns row 0 of its one taken column as it
+        # is (ElementCodec.first_row and pack_values, inline); not for kinds
+        # whose codec builds the element itself (PaddingFIFOQueue).
+        self._plain_first_row = self._single and type(self._codec).first_row is ElementCodec.first_row
         # How _read_row copies a component out of its column: 0 numeric
         # scalar (indexing copies), 1 numeric row (view: copy), 2 object
         # scalar or ragged (take the reference, clear the slot), 3 object row.
@@ -652,6 +658,18 @@ class QueueBase(metaclass=SharedByName):
                             self._forget(1)
                         if self._producers:
                             engine.flush()
+                    elif not self._consumers and engine.state is not _CLOSED:
+                        # Nothing to take, nobody ahead, not closed: wait in
+                        # line without letting the lock go (no second
+                        # acquisition, no flush that could not serve it).
+                        att = _Dequeue(1, False, "dequeue", None, False, cancel)
+                        engine.wait_dequeue(att, resolve_timeout(timeout), False)
+                if att is not None:
+                    if att.error is not None:
+                        raise att.error
+                    if self._plain_first_row:
+                        return att.chunks[0][0][0]
+                    return pack_values(self._codec.first_row(att.chunks[0]), self._names)
                 if chunk is not _NOTHING:
                     if self._single:
                         return chunk
@@ -718,6 +736,8 @@ class QueueBase(metaclass=SharedByName):
             att = _Dequeue(n, mode >= _UP_TO, _TAKE_OPS[mode], outs, mode == _AVAILABLE, cancel)
             engine.run_dequeue(att, timeout)
             if mode == _ONE:
+                if self._plain_first_row:
+                    return att.chunks[0][0][0]
                 return pack_values(self._codec.first_row(att.chunks[0]), self._names)
             return self._batch(att.chunks, att.count, outs, padded)
         except BaseException:
