@@ -20,7 +20,7 @@ from feedq._resume import snapshot_log as _snapshot_log
 from feedq._resume.ledger import Ledger, Snapshot
 from feedq._resume.snapshot_log import SnapshotLog
 from feedq.errors import DeadlineExceededError, InvalidArgumentError, OutOfRangeError
-from feedq.queues import QueueBase, RandomShuffleQueue
+from feedq.queues import FIFOQueue, QueueBase, RandomShuffleQueue
 
 __all__ = ["ShuffleBuffer"]
 
@@ -73,6 +73,17 @@ class ShuffleBuffer:
         self._last: int | None = None  # position of the last row put
         self._pool: list[list[Any]] | None = None  # rows re-read for a restore
         self._restore: Snapshot | None = None
+        # Draws handed to the output queue without a copy: a plain FIFOQueue
+        # of the buffer's own spec, every component dense and numeric (so a
+        # draw's columns are already the queue's columns: no codec between).
+        self._owned = (
+            type(out) is FIFOQueue
+            and len(out.dtypes) == len(dtypes)
+            and all(np.dtype(a) == np.dtype(b) and np.dtype(b).kind in "biufc"
+                    for a, b in zip(out.dtypes, dtypes))
+            and all(sh is not None and all(d is not None for d in sh) for sh in shapes)
+            and [tuple(s) for s in out.shapes] == [tuple(s) for s in shapes]  # type: ignore[arg-type]
+        )
 
     def track(self, ledger: Ledger) -> None:
         """Keep the buffer's snapshots by draw for ``ledger`` (one writer only)."""
@@ -227,4 +238,13 @@ class ShuffleBuffer:
                     log.checkpoint(draw, self._snapshot())
                 else:
                     log.draw(draw, self._fed, self._last, final)
-            self._out.enqueue_many(blk)
+            cols = blk if isinstance(blk, list) else [blk]
+            n = len(cols[0]) if cols else 0
+            if self._owned and n:
+                # The draw's arrays are new and nobody else holds them: the
+                # output FIFO keeps them as a block without copying them, and
+                # hands that block out as the consumer's batch (one copy of
+                # each row, into the draw, instead of two).
+                self._out._enqueue_owned(cols)  # type: ignore[attr-defined]
+            else:
+                self._out.enqueue_many(blk)

@@ -238,6 +238,15 @@ class FIFOQueue(QueueBase):
             if k > first:
                 buf[: k - first] = src[start + first : start + k]
 
+    def _enqueue_owned(self, cols: list[np.ndarray[Any, Any]]) -> None:
+        """``enqueue_many(cols)`` (blocking) for columns of this queue's exact
+        spec that nobody else holds or will touch: kept as a block without a
+        copy where a batch would be (see "Blocks by reference"), and handed
+        out as a dequeue's result. For feedq's shuffle buffer, whose draws are
+        new arrays."""
+        if cols and len(cols[0]):
+            self._put_path(OwnedColumns(cols), len(cols[0]), None, None, False)
+
     def _available(self) -> int:
         return self._engine.size
 
@@ -450,7 +459,10 @@ class FIFOQueue(QueueBase):
 
     def _copy_in(self, res: _Reservation) -> None:
         if res.as_block:
-            res.dst = [src[: res.n].copy() for src in res.src]
+            if type(res.src) is OwnedColumns and res.src[0].shape[0] == res.n:
+                res.dst = list(res.src)  # handed over: kept as they are
+            else:
+                res.dst = [src[: res.n].copy() for src in res.src]
             return
         alloc = res.dst[0].shape[0]
         for i in self._dense_idx:
