@@ -39,7 +39,9 @@ timed), interleaved in rounds, medians over the rounds:
 The ``tfdata`` and ``dataloader-*`` pipelines are those of ``feedq bench
 --compare`` on images (``feedq.cli._compare_images``).
 
-Figures: images/s (wall, one epoch), CPU ms per image (user + system of the
+Figures: images/s (wall, one epoch), the consumer's wait after its first
+batch as a share of the time after it, and the time to that first batch
+(feedq thread rows), CPU ms per image (user + system of the
 process and its waited-for children, i.e. DataLoader workers), peak
 resident memory (the process plus its largest child), and the ratio
 to ``ceiling-2t`` of the same round. Absolute numbers on a shared machine
@@ -146,18 +148,25 @@ def _pipeline_run(paths: list[str], make_read, threads: int, shuffle: bool,
         else:
             feedq.batch(read, BATCH, capacity=4 * BATCH, **spec)
         it = iter(pipe)
+        global _FIRST
         while True:
             t = time.perf_counter()
             try:
                 images, labels = next(it)
             except StopIteration:
                 break
-            waited += time.perf_counter() - t
+            if n == 0:  # the first batch: the pipeline's start, reported apart
+                _FIRST = time.perf_counter()
+            else:
+                waited += time.perf_counter() - t
             assert images.dtype == np.uint8 and images.shape[1:] == (SIZE, SIZE, 3)
             n += len(images)
             if step_s:
                 time.sleep(step_s * len(images) / BATCH)
     return n, waited
+
+
+_FIRST: float | None = None  # when the first batch arrived (the feedq thread rows)
 
 
 def _augment(block, encoded, labels, kind: str, verify: bool):
@@ -343,7 +352,13 @@ def worker(system: str, data: Path, step_s: float) -> dict[str, float]:
     n, waited = once(False)
     wall = time.perf_counter() - _T0
     cpu = cpu_seconds() - _C0
-    return {"images": n, "wall": wall, "cpu": cpu, "wait": waited / wall, "rss": peak_rss_mb()}
+    if _FIRST is not None:  # the wait after the first batch, over the time after it
+        first = _FIRST - _T0
+        wait = waited / max(1e-9, wall - first)
+    else:
+        first, wait = float("nan"), waited / wall
+    return {"images": n, "wall": wall, "cpu": cpu, "wait": wait, "first": first,
+            "rss": peak_rss_mb()}
 
 
 def main() -> None:
@@ -399,10 +414,12 @@ def main() -> None:
         ratio = statistics.median(ratios[s]) if ratios[s] else float("nan")
         med[s] = ratio
         rss = statistics.median(x.get("rss", float("nan")) for x in results[s])
-        rows.append([s, f"{rate:.0f}", f"{cpu:.2f}", f"{ratio:.2f}", f"{wait:.1f}", f"{rss:.0f}"])
+        first = statistics.median(x.get("first", float("nan")) for x in results[s])
+        rows.append([s, f"{rate:.0f}", f"{cpu:.2f}", f"{ratio:.2f}", f"{wait:.1f}",
+                     "" if first != first else f"{first:.2f}", f"{rss:.0f}"])
     print(f"# {args.images} images, {args.rounds} rounds, data {data}")
     print(table(rows, ["system", "images/s", "CPU ms/image", "vs ceiling-2t", "consumer wait %",
-                       "peak RSS MiB"]))
+                       "first batch s", "peak RSS MiB"]))
 
     def target(name: str, value: float, goal: float) -> None:
         print(f"# {name}: {value:.2f} (target >= {goal}) {'ok' if value >= goal else 'MISSED'}")
