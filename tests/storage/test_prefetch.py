@@ -179,8 +179,19 @@ def gs_files(tmp_path: Path) -> Any:
     try:
         yield [f"gs://bkt/{i:02d}" for i in range(40)]
     finally:
-        storage.configure(**dataclasses.asdict(old))
-        storage.register_filesystem("gs://", None)
+        # Every fetch the test started ends, and the pool's threads with it,
+        # while gs:// still names the local filesystem (work still running
+        # after the unregistering would reach pyarrow's real GCS client).
+        from feedq.storage._remote import shared_pool
+        from tests.conftest import wait_until
+
+        pool = shared_pool()
+        try:
+            wait_until(lambda: pool._threads == 0, timeout=15.0,
+                       what="the storage pool's threads to end after the test's fetches")
+        finally:
+            storage.configure(**dataclasses.asdict(old))
+            storage.register_filesystem("gs://", None)
 
 
 def test_files_opened_ahead_are_bounded_and_names_passed_over_are_dropped(
