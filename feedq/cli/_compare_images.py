@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import io
 import itertools
-import os
 import random
-import tarfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -267,19 +265,9 @@ class ShardImages:
 
     def _shuffled(self, items: Iterator[tuple[bytes, int]],
                   rng: random.Random) -> Iterator[tuple[bytes, int]]:
-        if not self.shuffle_buffer:
-            yield from items
-            return
-        buffer: list[tuple[bytes, int]] = []
-        for item in items:
-            if len(buffer) < self.shuffle_buffer:
-                buffer.append(item)
-                continue
-            i = rng.randrange(len(buffer))
-            yield buffer[i]
-            buffer[i] = item
-        rng.shuffle(buffer)
-        yield from buffer
+        from feedq.cli._compare_torch import shuffle_buffered
+
+        return shuffle_buffered(items, self.shuffle_buffer, rng)
 
     def _encoded(self, files: list[str]) -> Iterator[tuple[bytes, int]]:
         if self.container == "tar":
@@ -303,31 +291,12 @@ class ShardImages:
 
 def _tar_samples(path: str, image_field: str, label_field: str | None) -> Iterator[tuple[bytes, int]]:
     """A tar shard's ``(image, label)`` samples, streamed (members grouped by key)."""
-    key: str | None = None
-    fields: dict[str, bytes] = {}
+    from feedq.cli._imageset import tar_samples
 
-    def sample() -> tuple[bytes, int] | None:
-        if image_field not in fields:
-            return None
-        label = int(fields[label_field].strip() or b"0") if label_field and label_field in fields else 0
-        return fields[image_field], label
-
-    with tarfile.open(path, "r|*") as t:
-        for m in t:
-            if not m.isfile():
-                continue
-            base = os.path.basename(m.name)
-            stem, _, ext = base.partition(".")
-            k = os.path.join(os.path.dirname(m.name), stem)
-            if k != key:
-                if key is not None and (s := sample()) is not None:
-                    yield s
-                key, fields = k, {}
-            f = t.extractfile(m)
-            if f is not None:
-                fields[ext.lower()] = f.read()
-    if key is not None and (s := sample()) is not None:
-        yield s
+    for fields in tar_samples(path):
+        if image_field in fields:
+            label = int(fields[label_field].strip() or b"0") if label_field and label_field in fields else 0
+            yield fields[image_field], label
 
 
 _CLASSES: dict[str, type] = {}

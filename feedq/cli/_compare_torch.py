@@ -14,14 +14,16 @@ import itertools
 import random
 import zlib
 from collections.abc import Callable, Iterator
-from typing import IO, Any, cast
+from typing import IO, Any, TypeVar, cast
 
 import numpy as np
 
 from feedq.cli._measure import Limits, System, timed
 from feedq.cli._schema import Schema
 
-__all__ = ["Collate", "Records", "torch_system"]
+T = TypeVar("T")
+
+__all__ = ["Collate", "Records", "shuffle_buffered", "torch_system"]
 
 
 # -- torch DataLoader ----------------------------------------------------------------------------
@@ -85,20 +87,7 @@ class Records:
         if self.shuffle_buffer:
             random.Random(self.seed).shuffle(files)  # the same order in every worker
         mine = files if info is None else files[info.id :: info.num_workers]
-        records = self._records(mine)
-        if not self.shuffle_buffer:
-            yield from records
-            return
-        buffer: list[tuple[Any, ...]] = []
-        for rec in records:
-            if len(buffer) < self.shuffle_buffer:
-                buffer.append(rec)
-                continue
-            i = rng.randrange(len(buffer))
-            yield buffer[i]
-            buffer[i] = rec
-        rng.shuffle(buffer)
-        yield from buffer
+        yield from shuffle_buffered(self._records(mine), self.shuffle_buffer, rng)
 
     def _records(self, files: list[str]) -> Iterator[tuple[Any, ...]]:
         decode = _py_decoder(self.schema)
@@ -262,3 +251,22 @@ def _py_decoder(schema: Schema) -> Callable[[bytes], tuple[Any, ...]]:
 
         return example
     return lambda rec: (len(rec),)
+
+
+def shuffle_buffered(items: Iterator[T], size: int, rng: random.Random) -> Iterator[T]:
+    """``items`` through a shuffle buffer of ``size`` (0: as they come): each
+    item past the first ``size`` replaces a random one, which is yielded; the
+    rest come out shuffled at the end (what a DataLoader user writes)."""
+    if not size:
+        yield from items
+        return
+    buffer: list[T] = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        i = rng.randrange(len(buffer))
+        yield buffer[i]
+        buffer[i] = item
+    rng.shuffle(buffer)
+    yield from buffer

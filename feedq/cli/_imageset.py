@@ -24,6 +24,8 @@ import logging
 import os
 import tarfile
 import threading
+from collections.abc import Generator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -134,24 +136,35 @@ def tar_compression(path: str) -> str | None:
     return None
 
 
-def tar_fields(path: str) -> tuple[str, str | None]:
-    """The image and label fields of a tar shard, from its first sample."""
-    if tar_compression(path) == "ZSTD":
-        return "jpg", "cls"  # tarfile reads no zstd: the WebDataset defaults
-    exts: list[str] = []
-    first: str | None = None
-    with tarfile.open(path, "r:*") as t:
+def tar_samples(path: str) -> Generator[dict[str, bytes], None, None]:
+    """A tar shard's samples, streamed: the members sharing a key (the path
+    up to the first ``.`` of the base name), as ``{extension: bytes}``."""
+    key: str | None = None
+    fields: dict[str, bytes] = {}
+    with tarfile.open(path, "r|*") as t:
         for member in t:
             if not member.isfile():
                 continue
             base = os.path.basename(member.name)
-            key, _, ext = base.partition(".")
-            stem = os.path.join(os.path.dirname(member.name), key)
-            if first is None:
-                first = stem
-            elif stem != first:
-                break
-            exts.append(ext.lower())
+            stem, _, ext = base.partition(".")
+            k = os.path.join(os.path.dirname(member.name), stem)
+            if k != key:
+                if key is not None:
+                    yield fields
+                key, fields = k, {}
+            f = t.extractfile(member)
+            if f is not None:
+                fields[ext.lower()] = f.read()
+    if key is not None:
+        yield fields
+
+
+def tar_fields(path: str) -> tuple[str, str | None]:
+    """The image and label fields of a tar shard, from its first sample."""
+    if tar_compression(path) == "ZSTD":
+        return "jpg", "cls"  # tarfile reads no zstd: the WebDataset defaults
+    with closing(tar_samples(path)) as samples:
+        exts = list(next(samples, {}))
     image = next((e for e in exts if e in IMAGE_FIELDS), None)
     if image is None:
         raise InvalidArgumentError(f"{path}: its first sample has no image member "

@@ -20,13 +20,13 @@ from feedq.cli._decode import Decoder
 from feedq.cli._schema import (
     OnError,
     Schema,
+    blocks_of,
     example_features,
     infer_schema,
     make_reader,
     sequence_feature_lists,
 )
-from feedq.errors import InvalidArgumentError, OutOfRangeError
-from feedq.queues import FIFOQueue
+from feedq.errors import InvalidArgumentError
 from feedq.readers import example_class
 
 __all__ = ["inspect_file", "render_text"]
@@ -59,17 +59,10 @@ def inspect_file(
     # shown go through a decoder of their own (their skips are counted once).
     decoder = Decoder(schema, on_error)
     shown = Decoder(schema, on_error)
-    q = FIFOQueue(1, str, shapes=[[]])
-    q.enqueue(path)
-    q.close()
     count = 0
     first: list[dict[str, Any]] = []
     with reader:
-        while True:
-            try:
-                block = reader.read_block(q, _BLOCK)
-            except OutOfRangeError:
-                break
+        for block in blocks_of(reader, [path], _BLOCK):
             decoded = decoder.decode(block)
             kept = decoded[2]
             if len(first) < head:

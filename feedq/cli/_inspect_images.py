@@ -20,10 +20,8 @@ from typing import Any
 import numpy as np
 
 from feedq.cli._imageset import TF_IMAGE, TF_LABEL, ImageSet, make_image_reader
-from feedq.cli._schema import OnError, Schema
-from feedq.errors import OutOfRangeError
+from feedq.cli._schema import OnError, Schema, blocks_of
 from feedq.image import decode_image, image_format
-from feedq.queues import FIFOQueue
 from feedq.readers import FixedLenFeature, parse_example
 
 __all__ = ["inspect_images", "render_images_text"]
@@ -90,16 +88,9 @@ def _read_shard(images: ImageSet, path: str, sample: int, on_error: OnError, key
     feats = {TF_IMAGE: FixedLenFeature([], "string")}
     if images.label_field == TF_LABEL:
         feats[TF_LABEL] = FixedLenFeature([], "int64")
-    q = FIFOQueue(1, str, shapes=[[]])
-    q.enqueue(path)
-    q.close()
     count = 0
     with reader:
-        while True:
-            try:
-                block = reader.read_block(q, _BLOCK)
-            except OutOfRangeError:
-                break
+        for block in blocks_of(reader, [path], _BLOCK):
             if images.container == "tfrecord":
                 ex = parse_example(block, feats)
                 encoded = ex[TF_IMAGE].tolist()

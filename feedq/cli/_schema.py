@@ -32,6 +32,7 @@ from __future__ import annotations
 import csv
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -159,21 +160,32 @@ def infer_schema(
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def _sample(paths: list[str], reader: Any, n: int) -> tuple[list[tuple[str, int, bytes]], int]:
-    """The first ``n`` records ``reader`` gives over ``paths``, as
-    ``(file, key id, record)``, and the errors it skipped."""
+def blocks_of(reader: Any, paths: list[str], n: int | Callable[[], int]) -> Iterator[Any]:
+    """The blocks ``reader`` reads from ``paths`` (in order, once each), of at
+    most ``n`` records (or ``n()``, asked before each read), until the files
+    end. The caller opens and closes the reader."""
     q = FIFOQueue(-1, str, shapes=[[]])
     q.enqueue_many([list(paths)])
     q.close()
+    while True:
+        try:
+            yield reader.read_block(q, n() if callable(n) else n)
+        except OutOfRangeError:
+            return
+
+
+def _sample(paths: list[str], reader: Any, n: int) -> tuple[list[tuple[str, int, bytes]], int]:
+    """The first ``n`` records ``reader`` gives over ``paths``, as
+    ``(file, key id, record)``, and the errors it skipped."""
     out: list[tuple[str, int, bytes]] = []
+    if n <= 0:
+        return out, 0
     with reader:
-        while len(out) < n:
-            try:
-                block = reader.read_block(q, n - len(out))
-            except OutOfRangeError:
-                break
+        for block in blocks_of(reader, paths, lambda: n - len(out)):
             wu = block.work_unit.decode("utf-8", "backslashreplace")
             out.extend((wu, k, v) for k, v in zip(block.key_ids.tolist(), block.values().tolist()))
+            if len(out) >= n:
+                break
         skipped = int(reader.num_errors_skipped())
     return out, skipped
 

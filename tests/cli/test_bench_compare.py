@@ -206,3 +206,19 @@ def test_ctrl_c_ends_the_rounds_and_shows_what_was_measured(
     feedq_row, fake_row = out["compare"]
     assert feedq_row["runs"] == 2 and fake_row["runs"] == 1
     assert fake_row["records_per_s"] == 1200.0 and fake_row["cpu_s"] == 0.25
+
+
+def test_shuffle_buffered_is_a_permutation_and_mixes() -> None:
+    """The baselines' shuffle buffer (what a DataLoader user writes) hands out
+    every item once; with a buffer it changes the order, without it keeps it."""
+    import random
+
+    from feedq.cli._compare_torch import shuffle_buffered
+
+    items = list(range(1000))
+    out = list(shuffle_buffered(iter(items), 64, random.Random(1)))
+    assert sorted(out) == items
+    assert out != items
+    assert list(shuffle_buffered(iter(items), 0, random.Random(1))) == items
+    # A buffer larger than the input: all of it comes out shuffled at the end.
+    assert sorted(shuffle_buffered(iter(range(10)), 100, random.Random(2))) == list(range(10))
