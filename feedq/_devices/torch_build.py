@@ -154,6 +154,14 @@ def _run(build: Callable[[int, int], Any], start: Callable[[], _Pass], in_worker
         pipe.join()
 
 
+def _rebuild_dataset(state: dict[str, Any]) -> Any:
+    """A pickled ``FeedqBuildDataset`` in a spawned process."""
+    cls = _dataset_class()
+    obj: Any = object.__new__(cls)  # what unpickling does: no __init__
+    obj.__dict__.update(state)
+    return obj
+
+
 @functools.lru_cache(maxsize=1)
 def _dataset_class() -> type:
     torch = require("torch", "feedq.as_torch_dataset")
@@ -172,7 +180,8 @@ def _dataset_class() -> type:
             # Passes started, counted across DataLoader workers (each pass's
             # workers may be new processes, forked or spawned with a pickle
             # of this dataset; the counter lives in shared memory).
-            self.passes = multiprocessing.Value("q", 0)
+            # A spawn-context lock may go to workers of any start method.
+            self.passes = multiprocessing.get_context("spawn").Value("q", 0)
             # This process's last pass started, and a state loaded for the
             # next one (see state_dict).
             self._live: _Pass | None = None
@@ -182,6 +191,11 @@ def _dataset_class() -> type:
             state = dict(self.__dict__)
             state["_live"] = None  # a pass (and its pipeline) stays in its process
             return state
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            # The class is made on first use, so pickle cannot find it by
+            # name: spawned and fork-server DataLoader workers rebuild it.
+            return (_rebuild_dataset, (self.__getstate__(),))
 
         def _start(self, index: int, num: int, planned: _Pass | None) -> _Pass:
             """The pass this worker starts now: the restored one, or the next epoch."""

@@ -43,6 +43,18 @@ def test_each_dataloader_pass_is_one_epoch_of_every_row(num_workers: int) -> Non
         assert workers == set(range(max(1, num_workers)))
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_spawned_and_fork_server_workers_unpickle_the_dataset(method: str) -> None:
+    # Python 3.14 starts DataLoader workers by fork server on Linux by default.
+    ds = feedq.as_torch_dataset(builds.torch_rows)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=method)
+    for epoch in range(2):
+        rows, labels, workers = one_pass(loader)
+        assert sorted(rows) == list(range(100)) and len(rows) == 100
+        assert labels == [r * 10 + epoch for r in rows]  # the pass counter is shared
+        assert workers == {0, 1}
+
+
 def test_persistent_workers_count_epochs_too() -> None:
     ds = feedq.as_torch_dataset(builds.torch_rows)
     loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
