@@ -118,11 +118,14 @@ def resolve(name: bytes | str) -> Location:
     """The filesystem and path of a remote URL.
 
     Raises:
-        InvalidArgumentError: credentials in the URL.
+        InvalidArgumentError: credentials in the URL; a plain path (no scheme).
         MissingExtraError: a scheme only fsspec knows, without fsspec.
         NotFoundError: a scheme nothing knows.
     """
     url = os.fsdecode(name)
+    if not _url.scheme_of(url):  # else split() reads a path's first letters as a bucket
+        raise InvalidArgumentError(f"{url}: not a URL (scheme://...); a plain path is a local "
+                                   "file: use file:// or the os / glob modules")
     _url.check_no_credentials(url)
     scheme, authority, path = _url.split(url)
     prefix = f"{url[: len(scheme)]}://{authority}"

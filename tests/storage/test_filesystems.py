@@ -60,6 +60,15 @@ def test_which_names_are_remote() -> None:
         storage.local_path("file://otherhost/x")
 
 
+def test_a_plain_path_is_not_taken_for_a_bucket(tmp_path: Path) -> None:
+    # resolve() once read "/tmp/x" as bucket "p": exists() was False and glob() [] for files there
+    (tmp_path / "a.tfrecord").write_bytes(b"x")
+    for call in (storage.exists, storage.size_of, storage.glob, storage.resolve):
+        with pytest.raises(InvalidArgumentError, match=r"not a URL"):
+            call(str(tmp_path / "*.tfrecord" if call is storage.glob else tmp_path / "a.tfrecord"))
+    assert storage.glob(f"file://{tmp_path}/*.tfrecord") == [f"file://{tmp_path}/a.tfrecord"]
+
+
 def test_credentials_are_refused_and_masked() -> None:
     assert storage.redact("s3://AKIA:s3cr3t@b/k") == "s3://***@b/k"
     assert storage.redact("s3://b/k?region=eu&secret_key=s3cr3t") == "s3://b/k?region=eu&secret_key=***"
