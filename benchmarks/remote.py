@@ -68,7 +68,9 @@ from feedq.readers import (
 from feedq.storage import _filesystems, _remote
 
 _SERVER = """
-import json, logging, sys
+import json, logging, os, sys
+if len(sys.argv) > 2:  # --pin: this process (server, proxies, all their threads) on these CPUs
+    os.sched_setaffinity(0, {int(c) for c in sys.argv[2].split(",")})
 from moto.server import ThreadedMotoServer
 from tests.storage.faults import FaultProxy
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -89,6 +91,27 @@ SETS = {
     "csv": ("csv", None),
 }
 LATENCIES = (0.0, 0.020, 0.050)
+
+
+def pin_process(cpus: set[int]) -> None:
+    """Pin every thread of this process to ``cpus``; threads started later
+    inherit it from the thread that starts them."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def parse_pin(spec: str) -> tuple[set[int], set[int]]:
+    """``"0:1"`` -> ({0}, {1}): the benchmark's CPUs, the server's."""
+    mine, _, theirs = spec.partition(":")
+    a = {int(c) for c in mine.split(",")}
+    b = {int(c) for c in theirs.split(",")}
+    have = os.sched_getaffinity(0)
+    if not a or not b or a & b or not (a | b) <= have:
+        raise SystemExit(f"--pin {spec}: want two disjoint CPU sets from {sorted(have)}")
+    return a, b
 
 
 def decoder(kind: str) -> Callable[[Any], int]:
@@ -219,12 +242,20 @@ def main() -> None:
                     help="injected round trips, seconds (comma-separated)")
     ap.add_argument("--prefetch-files", type=int, default=None,
                     help="files opened ahead per producer (default: StorageOptions' default)")
+    ap.add_argument("--pin", nargs="?", const="0:1", default=None, metavar="MINE:SERVER",
+                    help="pin this process (readers, consumer, local rows, ceiling loop) to "
+                         "the CPUs before the colon and the server + proxies process to those "
+                         "after it (default 0:1), so local and remote rows use the same reader "
+                         "CPU; default: not pinned")
     ap.add_argument("--compare-open-ahead", action="store_true",
                     help="also run each s3 row with prefetch_files=0 (no file opened ahead), "
                          "interleaved in the same rounds")
     args = ap.parse_args()
     if args.quick:
         args.records = 100_000
+    pin = parse_pin(args.pin) if args.pin else None
+    if pin is not None:
+        pin_process(pin[0])
     import logging
 
     import boto3
@@ -239,10 +270,20 @@ def main() -> None:
           f"read-ahead {args.read_ahead} x {block / (1 << 20):g} MiB per open file; "
           f"{storage.options().prefetch_files} files opened ahead; "
           f"{args.rounds} rounds; server and proxies in their own process")
+    if pin is not None:
+        print(f"# pinned: this process (readers, consumer, local rows, ceiling loop) on CPU "
+              f"{','.join(map(str, sorted(pin[0])))}; the server + proxies process on CPU "
+              f"{','.join(map(str, sorted(pin[1])))}")
+    else:
+        print("# not pinned: readers, server and proxies share all CPUs "
+              f"({len(os.sched_getaffinity(0))})")
     # The server and the proxies run in another process: in this one they
     # would share the readers' GIL.
     latencies = tuple(float(x) for x in args.latencies.split(","))
-    server = subprocess.Popen([sys.executable, "-c", _SERVER, ",".join(str(x) for x in latencies)],
+    server_argv = [sys.executable, "-c", _SERVER, ",".join(str(x) for x in latencies)]
+    if pin is not None:
+        server_argv.append(",".join(map(str, sorted(pin[1]))))
+    server = subprocess.Popen(server_argv,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               cwd=str(Path(__file__).resolve().parents[1]))
     assert server.stdout is not None
