@@ -227,6 +227,81 @@ class PeakHeld:
         _remote.RemoteFile.__init__ = self._orig  # type: ignore[method-assign]
 
 
+class Trace:
+    """Where an s3 row's time goes (``--trace``): every range request's
+    interval per open file, and every wait of a reader, split into waits at
+    a file's start (its open, or its first block) and waits mid-file."""
+
+    def __init__(self) -> None:
+        self.fetches: list[tuple[int, float, float, int]] = []  # (file id, t0, t1, bytes)
+        self.waits: dict[str, list[float]] = {"open": [], "first block": [], "mid-file": []}
+        self._lock = threading.Lock()
+        self._orig_fetch = _remote.RemoteFile._fetch
+        self._orig_wait = _remote.wait
+        orig_fetch, orig_wait, me = self._orig_fetch, self._orig_wait, self
+
+        def fetch(rf: Any, start: int, length: int) -> bytes:
+            t0 = time.perf_counter()
+            data = orig_fetch(rf, start, length)
+            with me._lock:
+                me.fetches.append((id(rf), t0, time.perf_counter(), len(data)))
+            return data
+
+        def wait(fs: Any, *a: Any, **kw: Any) -> Any:
+            caller = sys._getframe(1)
+            t0 = time.perf_counter()
+            out = orig_wait(fs, *a, **kw)
+            dt = time.perf_counter() - t0
+            kind = ("open" if caller.f_code.co_name == "open_remote"
+                    else "first block" if caller.f_locals.get("start") == 0 else "mid-file")
+            with me._lock:
+                me.waits[kind].append(dt)
+            return out
+        _remote.RemoteFile._fetch = fetch  # type: ignore[method-assign]
+        _remote.wait = wait  # type: ignore[assignment]
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        self.t1 = time.perf_counter()
+        _remote.RemoteFile._fetch = self._orig_fetch  # type: ignore[method-assign]
+        _remote.wait = self._orig_wait
+        return self.t1 - self.t0
+
+    def summary(self, need_bytes_s: float) -> str:
+        run = self.t1 - self.t0
+        per_file: dict[int, list[tuple[float, float, int]]] = {}
+        for f, a, b, n in self.fetches:
+            per_file.setdefault(f, []).append((a, b, n))
+        busy = sum(b - a for _, a, b, _ in self.fetches)
+        # Per open file: requests in flight, time-weighted over the span from
+        # its first request's start to its last one's end.
+        depth = [sum(b - a for a, b, _ in v) / (max(b for _, b, _ in v) - min(a for a, _, _ in v))
+                 for v in per_file.values()]
+        lat = sorted(b - a for _, a, b, _ in self.fetches)
+        got = sum(n for *_, n in self.fetches)
+        w = {k: (len(v), sum(v)) for k, v in self.waits.items()}
+        # Over time: each tenth of the run, requests in flight (time-weighted)
+        # / files with a request in flight / MB/s arrived.
+        start = min(a for _, a, _, _ in self.fetches)
+        span = max(b for _, _, b, _ in self.fetches) - start
+        tenths = []
+        for i in range(10):
+            lo, hi = start + span * i / 10, start + span * (i + 1) / 10
+            infl = sum(max(0.0, min(b, hi) - max(a, lo)) for _, a, b, _ in self.fetches) / (hi - lo)
+            files = len({f for f, a, b, _ in self.fetches if a < hi and b > lo})
+            mb = sum(n for _, _, b, n in self.fetches if lo <= b < hi or (i == 9 and b == hi))
+            tenths.append(f"{infl:.1f}/{files}/{mb / (hi - lo) / 1e6:.0f}")
+        return (f"{len(per_file)} files, {len(self.fetches)} range requests of median "
+                f"{statistics.median(lat) * 1e3:.0f} ms (p90 {lat[int(len(lat) * 0.9)] * 1e3:.0f} ms); "
+                f"in flight: {busy / run:.1f} on average over the run, per open file "
+                f"{statistics.median(depth):.1f} (median over files); "
+                f"{got / run / 1e6:.0f} MB/s fetched, the local rate needs "
+                f"{need_bytes_s / 1e6:.0f} MB/s; readers waited: "
+                + ", ".join(f"{k} {c} x {t:.2f} s" for k, (c, t) in w.items())
+                + f"; by tenths of the {span:.2f} s of fetching, requests in flight / files "
+                "fetching / MB/s arrived: " + " ".join(tenths))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=400_000)
@@ -247,6 +322,9 @@ def main() -> None:
                          "the CPUs before the colon and the server + proxies process to those "
                          "after it (default 0:1), so local and remote rows use the same reader "
                          "CPU; default: not pinned")
+    ap.add_argument("--trace", action="store_true",
+                    help="also print, per s3 row (last round), the range requests in flight per "
+                         "open file, their latency, and where the readers waited")
     ap.add_argument("--compare-open-ahead", action="store_true",
                     help="also run each s3 row with prefetch_files=0 (no file opened ahead), "
                          "interleaved in the same rounds")
@@ -293,12 +371,15 @@ def main() -> None:
     client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{ports['server']}")
     client.create_bucket(Bucket="bench")
 
-    def use(latency: float) -> None:
-        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{ports[str(latency)]}"
+    def use(latency: float | None) -> None:
+        """Reach the store through the proxy of ``latency``; None: the server itself."""
+        port = ports["server"] if latency is None else ports[str(latency)]
+        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
         with _filesystems._lock:
             _filesystems._clients.clear()
     rows = []
     notes = []
+    traces: list[tuple[str, str, Trace]] = []
     default_ahead = storage.options().prefetch_files
     variants = (default_ahead, 0) if args.compare_open_ahead else (default_ahead,)
     with tempfile.TemporaryDirectory(prefix="feedq-remote-bench-") as tmp:
@@ -317,7 +398,7 @@ def main() -> None:
             res: dict[str, list[float]] = {}
             firsts: list[float] = []
             peak = PeakHeld()
-            for _ in range(args.rounds):
+            for rnd in range(args.rounds):
                 res.setdefault("local", []).append(run_pipeline(paths, kind, comp, args.readers))
                 for lat in latencies:
                     use(lat)
@@ -326,17 +407,28 @@ def main() -> None:
                         storage.configure(prefetch_files=ahead)
                         tag = "" if ahead == default_ahead else " no open-ahead"
                         storage.reset_statistics()
+                        tr = Trace() if args.trace and rnd == args.rounds - 1 else None
                         res.setdefault(f"s3 +{ms} ms{tag}", []).append(
                             run_pipeline(urls, kind, comp, args.readers,
                                          firsts if ms == 50 and not tag else None))
+                        if tr is not None:
+                            tr.stop()
+                            traces.append((name, f"s3 +{ms} ms{tag}", tr))
                         st = storage.statistics()
                         res.setdefault(f"wait {ms}{tag}", []).append(st["wait_s"])
                         res.setdefault(f"blocking {ms}{tag}", []).append(st["blocking_requests"])
                     storage.configure(prefetch_files=default_ahead)
                     res.setdefault(f"ceiling +{ms} ms", []).append(
                         run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
+                if args.trace:  # the server's own rate, no proxy between
+                    use(None)
+                    res.setdefault("ceiling no proxy", []).append(
+                        run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
             peak.stop()
             local = statistics.median(res["local"])
+            for set_name, row, tr in traces:
+                if set_name == name:
+                    notes.append(f"{name} {row} trace: {tr.summary(local * per_rec)}")
             rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", "", ""])
             for lat in latencies:
                 ms = int(lat * 1000)
@@ -349,6 +441,9 @@ def main() -> None:
                     rows.append([name, f"s3 +{ms} ms{tag}", f"{r / 1e3:,.0f} k",
                                  f"{r / local:.2f}", f"{c / 1e3:,.0f} k ({r / c:.2f})",
                                  f"{w:.2f} s", f"{b:.0f}"])
+            if args.trace:
+                c = statistics.median(res["ceiling no proxy"])
+                rows.append([name, "ceiling, no proxy", "", "", f"{c / 1e3:,.0f} k", "", ""])
             notes.append(f"{name}: {size / 1e6:.1f} MB, {per_rec:.0f} B/record; time to first "
                          f"batch at +50 ms: median "
                          f"{statistics.median(firsts) if firsts else float('nan'):.2f} s; peak held "
