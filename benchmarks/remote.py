@@ -31,6 +31,19 @@ Usage::
     python benchmarks/remote.py --quick          # 100k records, 3 rounds
     python benchmarks/remote.py --quick --files 64 --latencies 0.05 --compare-open-ahead
         # many small files at +50 ms, with and without opening the next files ahead
+    python benchmarks/remote.py --quick --pin --trace
+        # this process on CPU 0, the server + proxies on CPU 1; where the time goes
+
+``--pin`` (Linux): the readers, the consumer, the local rows and the bare
+ceiling loop run on CPU 0, the server and the proxies on CPU 1, so local
+and remote rows decode on the same CPU and "x local" measures how well the
+latency is hidden rather than how the decoder and the Python server share
+the cores; the ceiling is then one CPU of server. Do not run it under
+``nice`` (the other jobs of a shared machine would take the pinned CPUs).
+``--trace`` prints, per s3 row, the range requests in flight (per open file
+and by tenths of the run), their latency, the bytes/s the local rate would
+need, where the readers waited (opens, first blocks, mid-file), and a
+ceiling row straight to the server (no proxy).
 
 "blocking requests": requests a reader sent only when it needed their answer
 (``storage.statistics()["blocking_requests"]``): the round trips on the
