@@ -45,6 +45,9 @@ and by tenths of the run), their latency, the bytes/s the local rate would
 need, where the readers waited (opens, first blocks, mid-file), and a
 ceiling row straight to the server (no proxy).
 
+"CPU s/s": CPU seconds per second of this process / of the server and
+proxies process during the row (with ``--pin``, 1.00 is one CPU busy).
+
 "blocking requests": requests a reader sent only when it needed their answer
 (``storage.statistics()["blocking_requests"]``): the round trips on the
 readers' path, per run.
@@ -208,6 +211,34 @@ def run_ceiling(urls: list[str], readers: int, depth: int, block: int) -> float:
     return total[0] / (time.perf_counter() - t0)
 
 
+class CpuUse:
+    """CPU seconds per wall second of this process and of the server's
+    around a call: with ``--pin``, how busy each of the two CPUs was."""
+
+    def __init__(self, server_pid: int) -> None:
+        self._stat = f"/proc/{server_pid}/stat"
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def _server(self) -> float:
+        with open(self._stat) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
+
+    def __call__(self, out: dict[str, list[float]], key: str, fn: Callable[..., float],
+                 *args: Any) -> float:
+        w0, c0, s0 = time.perf_counter(), time.process_time(), self._server()
+        rate = fn(*args)
+        wall = time.perf_counter() - w0
+        out.setdefault(f"cpu {key}", []).append((time.process_time() - c0) / wall)
+        out.setdefault(f"srv {key}", []).append((self._server() - s0) / wall)
+        return rate
+
+
+def busy(res: dict[str, list[float]], key: str) -> str:
+    """The median CPU s/s of this process and of the server in row ``key``."""
+    return f"{statistics.median(res[f'cpu {key}']):.2f} / {statistics.median(res[f'srv {key}']):.2f}"
+
+
 class PeakHeld:
     """The most bytes any one open remote file held ahead of its reader."""
 
@@ -222,7 +253,7 @@ class PeakHeld:
             orig(rf, *a, **kw)
             files.append(rf)
         self._orig = orig
-        _remote.RemoteFile.__init__ = init  # type: ignore[method-assign]
+        _remote.RemoteFile.__init__ = init  # type: ignore[method-assign,assignment]
         self._t = threading.Thread(target=self._watch, daemon=True)
         self._t.start()
 
@@ -250,7 +281,7 @@ class Trace:
         self.waits: dict[str, list[float]] = {"open": [], "first block": [], "mid-file": []}
         self._lock = threading.Lock()
         self._orig_fetch = _remote.RemoteFile._fetch
-        self._orig_wait = _remote.wait
+        self._orig_wait = vars(_remote)["wait"]
         orig_fetch, orig_wait, me = self._orig_fetch, self._orig_wait, self
 
         def fetch(rf: Any, start: int, length: int) -> bytes:
@@ -270,14 +301,14 @@ class Trace:
             with me._lock:
                 me.waits[kind].append(dt)
             return out
-        _remote.RemoteFile._fetch = fetch  # type: ignore[method-assign]
-        _remote.wait = wait  # type: ignore[assignment]
+        _remote.RemoteFile._fetch = fetch  # type: ignore[method-assign,assignment]
+        vars(_remote)["wait"] = wait
         self.t0 = time.perf_counter()
 
     def stop(self) -> float:
         self.t1 = time.perf_counter()
         _remote.RemoteFile._fetch = self._orig_fetch  # type: ignore[method-assign]
-        _remote.wait = self._orig_wait
+        vars(_remote)["wait"] = self._orig_wait
         return self.t1 - self.t0
 
     def summary(self, need_bytes_s: float) -> str:
@@ -411,8 +442,10 @@ def main() -> None:
             res: dict[str, list[float]] = {}
             firsts: list[float] = []
             peak = PeakHeld()
+            cpu = CpuUse(server.pid)
             for rnd in range(args.rounds):
-                res.setdefault("local", []).append(run_pipeline(paths, kind, comp, args.readers))
+                res.setdefault("local", []).append(cpu(res, "local", run_pipeline,
+                                                       paths, kind, comp, args.readers))
                 for lat in latencies:
                     use(lat)
                     ms = int(lat * 1000)
@@ -421,9 +454,9 @@ def main() -> None:
                         tag = "" if ahead == default_ahead else " no open-ahead"
                         storage.reset_statistics()
                         tr = Trace() if args.trace and rnd == args.rounds - 1 else None
-                        res.setdefault(f"s3 +{ms} ms{tag}", []).append(
-                            run_pipeline(urls, kind, comp, args.readers,
-                                         firsts if ms == 50 and not tag else None))
+                        res.setdefault(f"s3 +{ms} ms{tag}", []).append(cpu(
+                            res, f"s3 +{ms} ms{tag}", run_pipeline, urls, kind, comp,
+                            args.readers, firsts if ms == 50 and not tag else None))
                         if tr is not None:
                             tr.stop()
                             traces.append((name, f"s3 +{ms} ms{tag}", tr))
@@ -431,18 +464,20 @@ def main() -> None:
                         res.setdefault(f"wait {ms}{tag}", []).append(st["wait_s"])
                         res.setdefault(f"blocking {ms}{tag}", []).append(st["blocking_requests"])
                     storage.configure(prefetch_files=default_ahead)
-                    res.setdefault(f"ceiling +{ms} ms", []).append(
-                        run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
+                    res.setdefault(f"ceiling +{ms} ms", []).append(cpu(
+                        res, f"ceiling +{ms} ms", run_ceiling, urls, args.readers,
+                        args.read_ahead, block) / per_rec)
                 if args.trace:  # the server's own rate, no proxy between
                     use(None)
-                    res.setdefault("ceiling no proxy", []).append(
-                        run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
+                    res.setdefault("ceiling no proxy", []).append(cpu(
+                        res, "ceiling no proxy", run_ceiling, urls, args.readers,
+                        args.read_ahead, block) / per_rec)
             peak.stop()
             local = statistics.median(res["local"])
             for set_name, row, tr in traces:
                 if set_name == name:
                     notes.append(f"{name} {row} trace: {tr.summary(local * per_rec)}")
-            rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", "", ""])
+            rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", "", "", busy(res, "local")])
             for lat in latencies:
                 ms = int(lat * 1000)
                 c = statistics.median(res[f"ceiling +{ms} ms"])
@@ -453,10 +488,12 @@ def main() -> None:
                     b = statistics.median(res[f"blocking {ms}{tag}"])
                     rows.append([name, f"s3 +{ms} ms{tag}", f"{r / 1e3:,.0f} k",
                                  f"{r / local:.2f}", f"{c / 1e3:,.0f} k ({r / c:.2f})",
-                                 f"{w:.2f} s", f"{b:.0f}"])
+                                 f"{w:.2f} s", f"{b:.0f}", busy(res, f"s3 +{ms} ms{tag}")])
+                rows.append([name, f"ceiling +{ms} ms", "", "", "", "", "", busy(res, f"ceiling +{ms} ms")])
             if args.trace:
                 c = statistics.median(res["ceiling no proxy"])
-                rows.append([name, "ceiling, no proxy", "", "", f"{c / 1e3:,.0f} k", "", ""])
+                rows.append([name, "ceiling, no proxy", "", "", f"{c / 1e3:,.0f} k", "", "",
+                             busy(res, "ceiling no proxy")])
             notes.append(f"{name}: {size / 1e6:.1f} MB, {per_rec:.0f} B/record; time to first "
                          f"batch at +50 ms: median "
                          f"{statistics.median(firsts) if firsts else float('nan'):.2f} s; peak held "
@@ -466,7 +503,8 @@ def main() -> None:
     server.stdin.close()
     server.wait(timeout=30)
     print(table(rows, ["set", "source", "records/s", "x local", "ceiling records/s (x ceiling)",
-                       "readers waited on the store", "blocking requests"]))
+                       "readers waited on the store", "blocking requests",
+                       "CPU s/s: this / server"]))
     for n in notes:
         print("#", n)
 
