@@ -31,6 +31,22 @@ Usage::
     python benchmarks/remote.py --quick          # 100k records, 3 rounds
     python benchmarks/remote.py --quick --files 64 --latencies 0.05 --compare-open-ahead
         # many small files at +50 ms, with and without opening the next files ahead
+    python benchmarks/remote.py --quick --pin --trace
+        # this process on CPU 0, the server + proxies on CPU 1; where the time goes
+
+``--pin`` (Linux): the readers, the consumer, the local rows and the bare
+ceiling loop run on CPU 0, the server and the proxies on CPU 1, so local
+and remote rows decode on the same CPU and "x local" measures how well the
+latency is hidden rather than how the decoder and the Python server share
+the cores; the ceiling is then one CPU of server. Do not run it under
+``nice`` (the other jobs of a shared machine would take the pinned CPUs).
+``--trace`` prints, per s3 row, the range requests in flight (per open file
+and by tenths of the run), their latency, the bytes/s the local rate would
+need, where the readers waited (opens, first blocks, mid-file), and a
+ceiling row straight to the server (no proxy).
+
+"CPU s/s": CPU seconds per second of this process / of the server and
+proxies process during the row (with ``--pin``, 1.00 is one CPU busy).
 
 "blocking requests": requests a reader sent only when it needed their answer
 (``storage.statistics()["blocking_requests"]``): the round trips on the
@@ -68,7 +84,9 @@ from feedq.readers import (
 from feedq.storage import _filesystems, _remote
 
 _SERVER = """
-import json, logging, sys
+import json, logging, os, sys
+if len(sys.argv) > 2:  # --pin: this process (server, proxies, all their threads) on these CPUs
+    os.sched_setaffinity(0, {int(c) for c in sys.argv[2].split(",")})
 from moto.server import ThreadedMotoServer
 from tests.storage.faults import FaultProxy
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -89,6 +107,27 @@ SETS = {
     "csv": ("csv", None),
 }
 LATENCIES = (0.0, 0.020, 0.050)
+
+
+def pin_process(cpus: set[int]) -> None:
+    """Pin every thread of this process to ``cpus``; threads started later
+    inherit it from the thread that starts them."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def parse_pin(spec: str) -> tuple[set[int], set[int]]:
+    """``"0:1"`` -> ({0}, {1}): the benchmark's CPUs, the server's."""
+    mine, _, theirs = spec.partition(":")
+    a = {int(c) for c in mine.split(",")}
+    b = {int(c) for c in theirs.split(",")}
+    have = os.sched_getaffinity(0)
+    if not a or not b or a & b or not (a | b) <= have:
+        raise SystemExit(f"--pin {spec}: want two disjoint CPU sets from {sorted(have)}")
+    return a, b
 
 
 def decoder(kind: str) -> Callable[[Any], int]:
@@ -172,6 +211,34 @@ def run_ceiling(urls: list[str], readers: int, depth: int, block: int) -> float:
     return total[0] / (time.perf_counter() - t0)
 
 
+class CpuUse:
+    """CPU seconds per wall second of this process and of the server's
+    around a call: with ``--pin``, how busy each of the two CPUs was."""
+
+    def __init__(self, server_pid: int) -> None:
+        self._stat = f"/proc/{server_pid}/stat"
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def _server(self) -> float:
+        with open(self._stat) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
+
+    def __call__(self, out: dict[str, list[float]], key: str, fn: Callable[..., float],
+                 *args: Any) -> float:
+        w0, c0, s0 = time.perf_counter(), time.process_time(), self._server()
+        rate = fn(*args)
+        wall = time.perf_counter() - w0
+        out.setdefault(f"cpu {key}", []).append((time.process_time() - c0) / wall)
+        out.setdefault(f"srv {key}", []).append((self._server() - s0) / wall)
+        return rate
+
+
+def busy(res: dict[str, list[float]], key: str) -> str:
+    """The median CPU s/s of this process and of the server in row ``key``."""
+    return f"{statistics.median(res[f'cpu {key}']):.2f} / {statistics.median(res[f'srv {key}']):.2f}"
+
+
 class PeakHeld:
     """The most bytes any one open remote file held ahead of its reader."""
 
@@ -186,7 +253,7 @@ class PeakHeld:
             orig(rf, *a, **kw)
             files.append(rf)
         self._orig = orig
-        _remote.RemoteFile.__init__ = init  # type: ignore[method-assign]
+        _remote.RemoteFile.__init__ = init  # type: ignore[method-assign,assignment]
         self._t = threading.Thread(target=self._watch, daemon=True)
         self._t.start()
 
@@ -204,6 +271,81 @@ class PeakHeld:
         _remote.RemoteFile.__init__ = self._orig  # type: ignore[method-assign]
 
 
+class Trace:
+    """Where an s3 row's time goes (``--trace``): every range request's
+    interval per open file, and every wait of a reader, split into waits at
+    a file's start (its open, or its first block) and waits mid-file."""
+
+    def __init__(self) -> None:
+        self.fetches: list[tuple[int, float, float, int]] = []  # (file id, t0, t1, bytes)
+        self.waits: dict[str, list[float]] = {"open": [], "first block": [], "mid-file": []}
+        self._lock = threading.Lock()
+        self._orig_fetch = _remote.RemoteFile._fetch
+        self._orig_wait = vars(_remote)["wait"]
+        orig_fetch, orig_wait, me = self._orig_fetch, self._orig_wait, self
+
+        def fetch(rf: Any, start: int, length: int) -> bytes:
+            t0 = time.perf_counter()
+            data = orig_fetch(rf, start, length)
+            with me._lock:
+                me.fetches.append((id(rf), t0, time.perf_counter(), len(data)))
+            return data
+
+        def wait(fs: Any, *a: Any, **kw: Any) -> Any:
+            caller = sys._getframe(1)
+            t0 = time.perf_counter()
+            out = orig_wait(fs, *a, **kw)
+            dt = time.perf_counter() - t0
+            kind = ("open" if caller.f_code.co_name == "open_remote"
+                    else "first block" if caller.f_locals.get("start") == 0 else "mid-file")
+            with me._lock:
+                me.waits[kind].append(dt)
+            return out
+        _remote.RemoteFile._fetch = fetch  # type: ignore[method-assign,assignment]
+        vars(_remote)["wait"] = wait
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        self.t1 = time.perf_counter()
+        _remote.RemoteFile._fetch = self._orig_fetch  # type: ignore[method-assign]
+        vars(_remote)["wait"] = self._orig_wait
+        return self.t1 - self.t0
+
+    def summary(self, need_bytes_s: float) -> str:
+        run = self.t1 - self.t0
+        per_file: dict[int, list[tuple[float, float, int]]] = {}
+        for f, a, b, n in self.fetches:
+            per_file.setdefault(f, []).append((a, b, n))
+        busy = sum(b - a for _, a, b, _ in self.fetches)
+        # Per open file: requests in flight, time-weighted over the span from
+        # its first request's start to its last one's end.
+        depth = [sum(b - a for a, b, _ in v) / (max(b for _, b, _ in v) - min(a for a, _, _ in v))
+                 for v in per_file.values()]
+        lat = sorted(b - a for _, a, b, _ in self.fetches)
+        got = sum(n for *_, n in self.fetches)
+        w = {k: (len(v), sum(v)) for k, v in self.waits.items()}
+        # Over time: each tenth of the run, requests in flight (time-weighted)
+        # / files with a request in flight / MB/s arrived.
+        start = min(a for _, a, _, _ in self.fetches)
+        span = max(b for _, _, b, _ in self.fetches) - start
+        tenths = []
+        for i in range(10):
+            lo, hi = start + span * i / 10, start + span * (i + 1) / 10
+            infl = sum(max(0.0, min(b, hi) - max(a, lo)) for _, a, b, _ in self.fetches) / (hi - lo)
+            files = len({f for f, a, b, _ in self.fetches if a < hi and b > lo})
+            mb = sum(n for _, _, b, n in self.fetches if lo <= b < hi or (i == 9 and b == hi))
+            tenths.append(f"{infl:.1f}/{files}/{mb / (hi - lo) / 1e6:.0f}")
+        return (f"{len(per_file)} files, {len(self.fetches)} range requests of median "
+                f"{statistics.median(lat) * 1e3:.0f} ms (p90 {lat[int(len(lat) * 0.9)] * 1e3:.0f} ms); "
+                f"in flight: {busy / run:.1f} on average over the run, per open file "
+                f"{statistics.median(depth):.1f} (median over files); "
+                f"{got / run / 1e6:.0f} MB/s fetched, the local rate needs "
+                f"{need_bytes_s / 1e6:.0f} MB/s; readers waited: "
+                + ", ".join(f"{k} {c} x {t:.2f} s" for k, (c, t) in w.items())
+                + f"; by tenths of the {span:.2f} s of fetching, requests in flight / files "
+                "fetching / MB/s arrived: " + " ".join(tenths))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=400_000)
@@ -219,12 +361,23 @@ def main() -> None:
                     help="injected round trips, seconds (comma-separated)")
     ap.add_argument("--prefetch-files", type=int, default=None,
                     help="files opened ahead per producer (default: StorageOptions' default)")
+    ap.add_argument("--pin", nargs="?", const="0:1", default=None, metavar="MINE:SERVER",
+                    help="pin this process (readers, consumer, local rows, ceiling loop) to "
+                         "the CPUs before the colon and the server + proxies process to those "
+                         "after it (default 0:1), so local and remote rows use the same reader "
+                         "CPU; default: not pinned")
+    ap.add_argument("--trace", action="store_true",
+                    help="also print, per s3 row (last round), the range requests in flight per "
+                         "open file, their latency, and where the readers waited")
     ap.add_argument("--compare-open-ahead", action="store_true",
                     help="also run each s3 row with prefetch_files=0 (no file opened ahead), "
                          "interleaved in the same rounds")
     args = ap.parse_args()
     if args.quick:
         args.records = 100_000
+    pin = parse_pin(args.pin) if args.pin else None
+    if pin is not None:
+        pin_process(pin[0])
     import logging
 
     import boto3
@@ -239,10 +392,20 @@ def main() -> None:
           f"read-ahead {args.read_ahead} x {block / (1 << 20):g} MiB per open file; "
           f"{storage.options().prefetch_files} files opened ahead; "
           f"{args.rounds} rounds; server and proxies in their own process")
+    if pin is not None:
+        print(f"# pinned: this process (readers, consumer, local rows, ceiling loop) on CPU "
+              f"{','.join(map(str, sorted(pin[0])))}; the server + proxies process on CPU "
+              f"{','.join(map(str, sorted(pin[1])))}")
+    else:
+        print("# not pinned: readers, server and proxies share all CPUs "
+              f"({len(os.sched_getaffinity(0))})")
     # The server and the proxies run in another process: in this one they
     # would share the readers' GIL.
     latencies = tuple(float(x) for x in args.latencies.split(","))
-    server = subprocess.Popen([sys.executable, "-c", _SERVER, ",".join(str(x) for x in latencies)],
+    server_argv = [sys.executable, "-c", _SERVER, ",".join(str(x) for x in latencies)]
+    if pin is not None:
+        server_argv.append(",".join(map(str, sorted(pin[1]))))
+    server = subprocess.Popen(server_argv,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               cwd=str(Path(__file__).resolve().parents[1]))
     assert server.stdout is not None
@@ -252,12 +415,15 @@ def main() -> None:
     client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{ports['server']}")
     client.create_bucket(Bucket="bench")
 
-    def use(latency: float) -> None:
-        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{ports[str(latency)]}"
+    def use(latency: float | None) -> None:
+        """Reach the store through the proxy of ``latency``; None: the server itself."""
+        port = ports["server"] if latency is None else ports[str(latency)]
+        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
         with _filesystems._lock:
             _filesystems._clients.clear()
     rows = []
     notes = []
+    traces: list[tuple[str, str, Trace]] = []
     default_ahead = storage.options().prefetch_files
     variants = (default_ahead, 0) if args.compare_open_ahead else (default_ahead,)
     with tempfile.TemporaryDirectory(prefix="feedq-remote-bench-") as tmp:
@@ -276,8 +442,10 @@ def main() -> None:
             res: dict[str, list[float]] = {}
             firsts: list[float] = []
             peak = PeakHeld()
-            for _ in range(args.rounds):
-                res.setdefault("local", []).append(run_pipeline(paths, kind, comp, args.readers))
+            cpu = CpuUse(server.pid)
+            for rnd in range(args.rounds):
+                res.setdefault("local", []).append(cpu(res, "local", run_pipeline,
+                                                       paths, kind, comp, args.readers))
                 for lat in latencies:
                     use(lat)
                     ms = int(lat * 1000)
@@ -285,18 +453,31 @@ def main() -> None:
                         storage.configure(prefetch_files=ahead)
                         tag = "" if ahead == default_ahead else " no open-ahead"
                         storage.reset_statistics()
-                        res.setdefault(f"s3 +{ms} ms{tag}", []).append(
-                            run_pipeline(urls, kind, comp, args.readers,
-                                         firsts if ms == 50 and not tag else None))
+                        tr = Trace() if args.trace and rnd == args.rounds - 1 else None
+                        res.setdefault(f"s3 +{ms} ms{tag}", []).append(cpu(
+                            res, f"s3 +{ms} ms{tag}", run_pipeline, urls, kind, comp,
+                            args.readers, firsts if ms == 50 and not tag else None))
+                        if tr is not None:
+                            tr.stop()
+                            traces.append((name, f"s3 +{ms} ms{tag}", tr))
                         st = storage.statistics()
                         res.setdefault(f"wait {ms}{tag}", []).append(st["wait_s"])
                         res.setdefault(f"blocking {ms}{tag}", []).append(st["blocking_requests"])
                     storage.configure(prefetch_files=default_ahead)
-                    res.setdefault(f"ceiling +{ms} ms", []).append(
-                        run_ceiling(urls, args.readers, args.read_ahead, block) / per_rec)
+                    res.setdefault(f"ceiling +{ms} ms", []).append(cpu(
+                        res, f"ceiling +{ms} ms", run_ceiling, urls, args.readers,
+                        args.read_ahead, block) / per_rec)
+                if args.trace:  # the server's own rate, no proxy between
+                    use(None)
+                    res.setdefault("ceiling no proxy", []).append(cpu(
+                        res, "ceiling no proxy", run_ceiling, urls, args.readers,
+                        args.read_ahead, block) / per_rec)
             peak.stop()
             local = statistics.median(res["local"])
-            rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", "", ""])
+            for set_name, row, tr in traces:
+                if set_name == name:
+                    notes.append(f"{name} {row} trace: {tr.summary(local * per_rec)}")
+            rows.append([name, "local", f"{local / 1e3:,.0f} k", "1.00", "", "", "", busy(res, "local")])
             for lat in latencies:
                 ms = int(lat * 1000)
                 c = statistics.median(res[f"ceiling +{ms} ms"])
@@ -307,7 +488,12 @@ def main() -> None:
                     b = statistics.median(res[f"blocking {ms}{tag}"])
                     rows.append([name, f"s3 +{ms} ms{tag}", f"{r / 1e3:,.0f} k",
                                  f"{r / local:.2f}", f"{c / 1e3:,.0f} k ({r / c:.2f})",
-                                 f"{w:.2f} s", f"{b:.0f}"])
+                                 f"{w:.2f} s", f"{b:.0f}", busy(res, f"s3 +{ms} ms{tag}")])
+                rows.append([name, f"ceiling +{ms} ms", "", "", "", "", "", busy(res, f"ceiling +{ms} ms")])
+            if args.trace:
+                c = statistics.median(res["ceiling no proxy"])
+                rows.append([name, "ceiling, no proxy", "", "", f"{c / 1e3:,.0f} k", "", "",
+                             busy(res, "ceiling no proxy")])
             notes.append(f"{name}: {size / 1e6:.1f} MB, {per_rec:.0f} B/record; time to first "
                          f"batch at +50 ms: median "
                          f"{statistics.median(firsts) if firsts else float('nan'):.2f} s; peak held "
@@ -317,7 +503,8 @@ def main() -> None:
     server.stdin.close()
     server.wait(timeout=30)
     print(table(rows, ["set", "source", "records/s", "x local", "ceiling records/s (x ceiling)",
-                       "readers waited on the store", "blocking requests"]))
+                       "readers waited on the store", "blocking requests",
+                       "CPU s/s: this / server"]))
     for n in notes:
         print("#", n)
 
