@@ -220,6 +220,10 @@ _UNREACHABLE = re.compile(
     r"connection refused|could ?n[o']?t connect|failed to connect|could not resolve|"
     r"name or service not known|curl ?code: ?[67]\b", re.I)
 _answered: set[str] = set()  # stores (scheme://netloc) that answered a request in this process
+# Stores whose last request spent its whole budget, failing, with no success
+# since: a further request gets connect_budget_s only (a dead store fails each
+# remaining file in seconds, not a full budget per file one after another).
+_down: set[str] = set()
 
 
 def _store_key(url: str) -> str:
@@ -323,8 +327,12 @@ def retrying(
             if (opts.connect_budget_s < budget and store not in _answered
                     and _UNREACHABLE.search(str(exc))):
                 budget, which = opts.connect_budget_s, "connect budget"
+            elif opts.connect_budget_s < budget and store in _down:
+                budget, which = opts.connect_budget_s, "store down: connect budget"
             if elapsed >= budget or stop:
                 count(failures=1)
+                if not stop:
+                    _down.add(store)
                 at = offset() if callable(offset) else offset
                 where = "" if at is None else f" at offset {at}"
                 never = (f"; {store} has not answered once in this process: check the endpoint "
@@ -347,4 +355,5 @@ def retrying(
             continue
         if store not in _answered:
             _answered.add(store)  # set.add is atomic; a race only adds it twice
+        _down.discard(store)
         return result

@@ -31,7 +31,9 @@ class StorageOptions:
             request to that store (scheme and bucket or host) has succeeded
             in this process (default 3 s): a wrong endpoint fails in
             seconds, naming it. Once the store has answered, such failures
-            are transient and get the whole ``retry_budget_s``.
+            are transient and get the whole ``retry_budget_s``. A store
+            whose request has just spent a whole ``retry_budget_s`` also gets
+            ``connect_budget_s`` per request until one succeeds again.
         prefetch_files: remote files opened ahead per input producer, from
             the names it is about to hand out (default 4; 0 turns it off):
             their metadata request and first range request are sent before a

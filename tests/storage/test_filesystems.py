@@ -251,6 +251,54 @@ def test_settings_are_checked() -> None:
         storage.register_filesystem("gs://x", object())
 
 
+def test_a_store_that_spent_a_budget_fails_the_next_requests_in_the_connect_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that answered once and then went down costs one whole retry
+    budget, not one per remaining file: after a request spent its budget,
+    the next requests to that store get connect_budget_s (and say so) until
+    one succeeds; other stores keep the whole budget."""
+    monkeypatch.setattr(_filesystems, "_answered", {"s3://dead"})
+    monkeypatch.setattr(_filesystems, "_down", set())
+    old = storage.configure(retry_budget_s=1.0, connect_budget_s=0.1,
+                            backoff_initial_s=0.001, backoff_max_s=0.01)
+    try:
+        reset = OSError("curlCode: 56, Failure when receiving data from the peer")
+
+        def down() -> None:
+            raise reset
+
+        t0 = time.monotonic()
+        with pytest.raises(DataLossError, match=r"\(retry budget 1 s\)"):
+            _filesystems.retrying(down, "s3://dead/a", "read", offset=7)
+        assert time.monotonic() - t0 >= 1.0
+        t0 = time.monotonic()
+        with pytest.raises(DataLossError, match=r"^s3://dead/b: read failed at offset 0 .*"
+                           r"\(store down: connect budget 0\.1 s\)"):
+            _filesystems.retrying(down, "s3://dead/b", "read", offset=0)
+        assert time.monotonic() - t0 < 0.9
+        # Another store is not affected.
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError, match=r"\(retry budget 1 s\)"):
+            _filesystems.retrying(down, "s3://alive/c", "open")
+        assert time.monotonic() - t0 >= 1.0
+        # A success clears it: the store gets the whole budget again.
+        assert _filesystems.retrying(lambda: 3, "s3://dead/d", "open") == 3
+        calls: list[int] = []
+
+        def recovers() -> int:
+            calls.append(1)
+            if time.monotonic() - t0 < 0.4:  # longer than the connect budget
+                raise reset
+            return 4
+
+        t0 = time.monotonic()
+        assert _filesystems.retrying(recovers, "s3://dead/e", "read", offset=0) == 4
+        assert len(calls) > 1
+    finally:
+        storage.configure(**dataclasses.asdict(old))
+
+
 def test_a_store_that_never_answered_fails_within_the_connect_budget_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
