@@ -115,7 +115,8 @@ def statistics() -> dict[str, float]:
     called throttling, which lower the requests in flight); ``wait_s``
     (seconds readers waited for the store: opens, and blocks not yet
     arrived); and
-    ``failures`` (reads that failed after their retry budget);
+    ``failures`` (requests that failed after their budget, read-ahead
+    fetches and opens ahead included);
     ``opened_ahead`` (opens served by a file opened ahead from a producer's
     hints: its metadata and first block were asked for before the reader
     needed them); and ``blocking_requests`` (requests a reader sent only when
