@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -211,6 +212,9 @@ def inspect(file: str, fmt: str | None, compression: str | None, head: int, samp
     def body() -> None:
         from feedq.cli._inspect import inspect_file, render_text
 
+        if re.search(r"[*?\[]", file) and not os.path.exists(file):
+            raise click.UsageError(f"{file} is a pattern: inspect reads one file "
+                                   "(feedq bench reads every file a pattern matches)")
         found = _inspect_images_of(file, fmt, compression)
         if found is not None:
             from feedq.cli._inspect_images import inspect_images, render_images_text

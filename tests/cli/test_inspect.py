@@ -113,3 +113,17 @@ def test_inspect_refuses_a_folder_by_name(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["inspect", str(tmp_path)])
     assert res.exit_code == 2
     assert f"{tmp_path} is a folder: inspect reads one file of it" in res.output
+
+
+def test_inspect_refuses_a_pattern_by_name(tmp_path: Path) -> None:
+    """A glob (local or a store's) is a usage error saying inspect reads one
+    file, not a NotFoundError for a file named with a '*'."""
+    from click.testing import CliRunner
+
+    from feedq.cli.main import main
+
+    _csv_with_bad_rows(tmp_path / "part-0.csv", 10, {})
+    for pattern in (str(tmp_path / "*.csv"), "s3://bucket/prefix/*.tfrecord"):
+        res = CliRunner().invoke(main, ["inspect", pattern])
+        assert res.exit_code == 2, res.output
+        assert f"{pattern} is a pattern: inspect reads one file" in res.output
